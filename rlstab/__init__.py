@@ -1,0 +1,31 @@
+"""rlstab: stable RL for LLMs by composition.
+
+Compose stability methods (token masks, advantage estimators, clipping rules, aggregations,
+regularisers) in YAML, validate them before a cluster starts, and run them as one torch loss::
+
+    import rlstab
+    loss_fn = rlstab.load("stapo").compile()
+    out = loss_fn(rlstab.TokenBatch(logprobs=..., old_logprobs=..., advantages=..., response_mask=..., entropy=...))
+    out.loss.backward(); print(out.metrics)
+"""
+
+from rlstab.batch import BatchError, LossOutput, TokenBatch
+from rlstab.compiled import CompiledObjective, StepStats
+from rlstab.errors import ConfigError
+from rlstab.loading import load
+from rlstab.objective import Objective
+from rlstab.presets import preset_names
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchError",
+    "CompiledObjective",
+    "ConfigError",
+    "LossOutput",
+    "Objective",
+    "StepStats",
+    "TokenBatch",
+    "load",
+    "preset_names",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from rlstab.cli import main
+
+sys.exit(main())

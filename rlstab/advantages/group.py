@@ -1,0 +1,67 @@
+"""Group-relative estimators: GRPO, Dr.GRPO (GRPO without std) and RLOO."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from rlstab.advantages.base import AdvantageEstimator, GroupTable
+
+
+class GRPO(AdvantageEstimator):
+    r"""Group-relative advantage (GRPO, DeepSeekMath arXiv 2402.03300; Dr.GRPO arXiv 2503.20783).
+
+    $$A_i = \frac{R_i - \operatorname{mean}_g R}{\operatorname{std}_g R + \epsilon}\quad
+    \text{or, with } \texttt{normalize\_std: false} \text{ (Dr.GRPO)},\quad A_i = R_i - \operatorname{mean}_g R$$
+
+    over the responses of the same prompt (group g) in the step. std is unbiased (N-1), as
+    ``torch.std`` in veRL and TRL. A group of one response gets mean 0 and std 1, so A = R
+    (veRL's convention). Defaults ``normalize_std: true``, ``eps: 1e-6`` (veRL).
+    Dr.GRPO drops the std because it up-weights groups that are nearly all right or all wrong.
+    """
+
+    kind: Literal["grpo"] = "grpo"
+    normalize_std: bool = True
+    """Divide by the group's reward std (GRPO); false gives Dr.GRPO."""
+    eps: float = Field(1e-6, ge=0.0, le=1.0)
+    """Added to the std."""
+
+    def fit(self, rewards, group_ids, lengths):
+        return GroupTable.fit(rewards, group_ids)
+
+    def apply(self, stats: GroupTable, rewards, group_ids):
+        idx = stats.lookup(group_ids)
+        centred = rewards.to(torch.float32) - stats.mean[idx]
+        if not self.normalize_std:
+            return centred
+        return centred / (stats.std[idx] + self.eps)
+
+    def describe(self) -> str:
+        if self.normalize_std:
+            return f"grpo: A_i = (R_i - mean_g R) / (std_g R + {self.eps:g}), std unbiased, g = the prompt's group"
+        return "grpo (Dr.GRPO, no std): A_i = R_i - mean_g R, g = the prompt's group"
+
+
+class RLOO(AdvantageEstimator):
+    r"""REINFORCE leave-one-out (Ahmadian et al., arXiv 2402.14740).
+
+    $$A_i = R_i - \frac{1}{n-1}\sum_{j \ne i} R_j = \frac{n}{n-1}\,(R_i - \operatorname{mean}_g R)$$
+
+    over the n responses of the group in the step; a group of one gets A = R (veRL's convention).
+    """
+
+    kind: Literal["rloo"] = "rloo"
+
+    def fit(self, rewards, group_ids, lengths):
+        return GroupTable.fit(rewards, group_ids)
+
+    def apply(self, stats: GroupTable, rewards, group_ids):
+        idx = stats.lookup(group_ids)
+        n = stats.count[idx]
+        scale = torch.where(n > 1, n / (n - 1).clamp(min=1), 1.0)
+        return scale * (rewards.to(torch.float32) - stats.mean[idx])
+
+    def describe(self) -> str:
+        return "rloo: A_i = n/(n-1) (R_i - mean_g R), g = the prompt's group of n"

@@ -1,0 +1,53 @@
+"""REINFORCE++: batch-whitened returns."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from rlstab.advantages.base import AdvantageEstimator, GroupTable
+
+
+class ReinforcePP(AdvantageEstimator):
+    r"""REINFORCE++ (Hu, arXiv 2501.03262): returns whitened over every valid token of the step.
+
+    With an outcome reward and no discount, every token of response i has return $R_i$
+    (or $R_i - \operatorname{mean}_g R$ with ``subtract_group_mean``, the "baseline" variant).
+    The whitening statistics weight each response by its length $L_i$, since they run over tokens:
+
+    $$\mu = \frac{\sum_i L_i x_i}{N},\quad \sigma^2 = \frac{\sum_i L_i (x_i - \mu)^2}{N - 1},
+    \quad A_i = \frac{x_i - \mu}{\sqrt{\sigma^2 + \epsilon}},\quad N = \sum_i L_i$$
+
+    as veRL's ``masked_whiten`` (unbiased variance, ``eps = 1e-8``).
+    """
+
+    kind: Literal["reinforce_pp"] = "reinforce_pp"
+    subtract_group_mean: bool = False
+    """Subtract the prompt group's mean reward first (REINFORCE++-baseline)."""
+    eps: float = Field(1e-8, ge=0.0, le=1.0)
+    """Added to the variance."""
+
+    def fit(self, rewards, group_ids, lengths):
+        x = rewards.to(torch.float32)
+        table = None
+        if self.subtract_group_mean:
+            table = GroupTable.fit(rewards, group_ids)
+            x = x - table.mean[table.lookup(group_ids)]
+        w = lengths.to(torch.float32)
+        n = w.sum()
+        mean = (w * x).sum() / n.clamp(min=1)
+        var = (w * (x - mean) ** 2).sum() / (n - 1).clamp(min=1)
+        return table, mean, var
+
+    def apply(self, stats, rewards, group_ids):
+        table, mean, var = stats
+        x = rewards.to(torch.float32)
+        if table is not None:
+            x = x - table.mean[table.lookup(group_ids)]
+        return (x - mean) * torch.rsqrt(var + self.eps)
+
+    def describe(self) -> str:
+        x = "R_i - mean_g R" if self.subtract_group_mean else "R_i"
+        return f"reinforce_pp: A_i = (x_i - mu) / sqrt(var + {self.eps:g}), x_i = {x}, mu and var over the step's valid tokens"

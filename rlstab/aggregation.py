@@ -1,0 +1,125 @@
+"""Aggregations (``aggregation:``): how per-token losses become one number.
+
+Always explicit, because the denominator is part of the method: a mask that silences 80% of
+tokens changes a kept-token mean five-fold against a valid-token mean.
+
+Every aggregation is a weighted sum ``sum_t scale_t * kept_t * l_t`` with a detached per-token
+``scale``. Its denominators are counted over the whole step (every micro-batch and every rank),
+then multiplied by the data-parallel world size because DDP and FSDP *average* gradients over
+ranks. Summing the micro-batch losses of a step and averaging over ranks therefore gives exactly
+the loss of the whole step computed at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal, Union
+
+import torch
+from pydantic import Field
+
+from rlstab.components import Component
+
+Count = Literal["kept", "valid"]
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """Denominators of a step, summed over micro-batches and ranks."""
+
+    tokens_valid: float
+    tokens_kept: float
+    sequences_valid: float
+    sequences_kept: float
+    max_length: int
+    world_size: int
+
+    def tokens(self, count: Count) -> float:
+        return self.tokens_kept if count == "kept" else self.tokens_valid
+
+    def sequences(self, count: Count) -> float:
+        return self.sequences_kept if count == "kept" else self.sequences_valid
+
+
+class Aggregation(Component):
+    """Base class of aggregations."""
+
+    count: Count = Field(description="Which tokens a denominator counts: `kept` (after masks) or every `valid` token.")
+
+    def scale(self, step: StepCounts, row_tokens: torch.Tensor) -> torch.Tensor | float:
+        """Per-token weight, broadcastable to ``[B, T]``. ``row_tokens``: ``[B]`` counted tokens per response."""
+        raise NotImplementedError
+
+
+class TokenMean(Aggregation):
+    r"""$\frac{1}{N}\sum_{i,t} l_{i,t}$ with N the step's number of kept (``count: kept``) or valid tokens.
+
+    veRL's and DAPO's ``token-mean``: every token weighs the same, so long responses are not
+    down-weighted. STAPO divides by kept tokens; 20-Entropy and TRL by all valid tokens.
+    """
+
+    kind: Literal["token-mean"] = "token-mean"
+
+    def scale(self, step, row_tokens):
+        return step.world_size / max(step.tokens(self.count), 1.0)
+
+    def describe(self) -> str:
+        return f"token-mean: sum over tokens / number of {self.count} tokens in the step"
+
+
+class SeqMeanTokenMean(Aggregation):
+    r"""$\frac{1}{S}\sum_i \frac{1}{n_i}\sum_t l_{i,t}$: the original GRPO aggregation.
+
+    $n_i$ counts response i's kept or valid tokens; S counts the step's responses that have at
+    least one such token. Used by GSPO.
+    """
+
+    kind: Literal["seq-mean-token-mean"] = "seq-mean-token-mean"
+
+    def scale(self, step, row_tokens):
+        per_row = step.world_size / (row_tokens.clamp(min=1.0) * max(step.sequences(self.count), 1.0))
+        return per_row.unsqueeze(-1)
+
+    def describe(self) -> str:
+        return f"seq-mean-token-mean: mean over responses of (sum over tokens / number of {self.count} tokens of the response)"
+
+
+class SeqMeanTokenSum(Aggregation):
+    r"""$\frac{1}{S}\sum_i \sum_t l_{i,t}$, S the step's responses with at least one counted token."""
+
+    kind: Literal["seq-mean-token-sum"] = "seq-mean-token-sum"
+
+    def scale(self, step, row_tokens):
+        return step.world_size / max(step.sequences(self.count), 1.0)
+
+    def describe(self) -> str:
+        return f"seq-mean-token-sum: sum over tokens / number of responses with {self.count} tokens in the step"
+
+
+class SeqMeanTokenSumNorm(Aggregation):
+    r"""$\frac{1}{S\,L}\sum_i \sum_t l_{i,t}$ with a constant L (Dr.GRPO, arXiv 2503.20783).
+
+    Dr.GRPO replaces each response's length by a constant so that the gradient does not favour
+    short correct answers and long wrong ones. ``norm``: the constant L (the generation budget),
+    or ``max_length``: the padded response length, taken as the maximum over the step's
+    micro-batches (veRL's default ``loss_scale_factor``; TRL's ``max_completion_length`` when
+    responses are padded to it).
+    """
+
+    kind: Literal["seq-mean-token-sum-norm"] = "seq-mean-token-sum-norm"
+    norm: Annotated[int, Field(ge=1)] | Literal["max_length"] = Field(
+        "max_length", description="The constant L: a positive integer, or `max_length`."
+    )
+
+    def scale(self, step, row_tokens):
+        norm = step.max_length if self.norm == "max_length" else self.norm
+        return step.world_size / (max(step.sequences(self.count), 1.0) * max(norm, 1))
+
+    def describe(self) -> str:
+        norm = "the step's padded response length" if self.norm == "max_length" else str(self.norm)
+        return f"seq-mean-token-sum-norm: sum over tokens / (number of responses with {self.count} tokens * {norm})"
+
+
+AnyAggregation = Annotated[
+    Union[TokenMean, SeqMeanTokenMean, SeqMeanTokenSum, SeqMeanTokenSumNorm], Field(discriminator="kind")
+]

@@ -1,0 +1,128 @@
+"""The tensors a loss reads, under one set of names, and the loss's result.
+
+Every adapter maps its trainer's names onto :class:`TokenBatch` in exactly one place, so the
+components only ever see these names and shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+# Fields laid out per token, [B, T].
+TOKEN_FIELDS = ("logprobs", "old_logprobs", "entropy", "rollout_logprobs", "ref_logprobs")
+# Fields laid out per sequence, [B].
+SEQUENCE_FIELDS = ("rewards", "group_ids")
+
+
+class BatchError(ValueError):
+    """A batch whose tensors do not fit together (shape, dtype, device, missing field)."""
+
+
+@dataclass
+class TokenBatch:
+    """One micro-batch of responses, padded to ``[B, T]``.
+
+    Attributes:
+        logprobs: ``[B, T]`` log-probability of each sampled token under the current policy;
+            carries the gradient.
+        response_mask: ``[B, T]`` True where the token belongs to the response (valid token).
+            Integer or float 0/1 masks are accepted and converted to bool.
+        old_logprobs: ``[B, T]`` log-probabilities under the policy that sampled the batch (the
+            "old" policy of PPO). ``None`` means on-policy: ``logprobs.detach()`` is used, so the
+            ratio is exactly 1 and only its gradient matters.
+        advantages: ``[B]`` (one per response) or ``[B, T]`` (per token). When ``None`` the
+            objective's advantage estimator computes them from ``rewards`` and ``group_ids``.
+        entropy: ``[B, T]`` entropy of the policy's next-token distribution, normally detached.
+            Masks read it detached; an entropy bonus needs it with gradient.
+        rollout_logprobs: ``[B, T]`` log-probabilities reported by the inference engine (vLLM,
+            SGLang) for trainer/inference mismatch corrections.
+        ref_logprobs: ``[B, T]`` log-probabilities under the reference policy, for KL terms.
+        rewards: ``[B]`` scalar outcome reward of each response.
+        group_ids: ``[B]`` integer id of the prompt each response answers (its GRPO group).
+    """
+
+    logprobs: torch.Tensor
+    response_mask: torch.Tensor
+    old_logprobs: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    rollout_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    rewards: torch.Tensor | None = None
+    group_ids: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(B, T)``: responses and padded response length."""
+        return tuple(self.logprobs.shape)  # type: ignore[return-value]
+
+    def has(self, name: str) -> bool:
+        """Whether the optional field ``name`` is present."""
+        return getattr(self, name) is not None
+
+    def _validate(self) -> None:
+        lp = self.logprobs
+        if not isinstance(lp, torch.Tensor):
+            raise BatchError(f"TokenBatch.logprobs must be a torch.Tensor, got {type(lp).__name__}")
+        if lp.dim() != 2:
+            raise BatchError(f"TokenBatch.logprobs must be [B, T], got shape {tuple(lp.shape)}")
+        if not lp.is_floating_point():
+            raise BatchError(f"TokenBatch.logprobs must be floating point, got {lp.dtype}")
+        B, T = lp.shape
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if not isinstance(value, torch.Tensor):
+                raise BatchError(f"TokenBatch.{f.name} must be a torch.Tensor, got {type(value).__name__}")
+            if value.device != lp.device:
+                raise BatchError(
+                    f"TokenBatch.{f.name} is on {value.device} but logprobs is on {lp.device}"
+                )
+        mask = self.response_mask
+        if tuple(mask.shape) != (B, T):
+            raise BatchError(f"TokenBatch.response_mask must be [B, T] = {[B, T]}, got {list(mask.shape)}")
+        if mask.dtype != torch.bool:
+            self.response_mask = mask != 0
+        for name in TOKEN_FIELDS[1:]:
+            value = getattr(self, name)
+            if value is not None:
+                if tuple(value.shape) != (B, T):
+                    raise BatchError(f"TokenBatch.{name} must be [B, T] = {[B, T]}, got {list(value.shape)}")
+                if not value.is_floating_point():
+                    raise BatchError(f"TokenBatch.{name} must be floating point, got {value.dtype}")
+        adv = self.advantages
+        if adv is not None:
+            if tuple(adv.shape) not in ((B,), (B, T)):
+                raise BatchError(f"TokenBatch.advantages must be [B] or [B, T] with B={B}, T={T}, got {list(adv.shape)}")
+            if not adv.is_floating_point():
+                raise BatchError(f"TokenBatch.advantages must be floating point, got {adv.dtype}")
+        if self.rewards is not None:
+            if tuple(self.rewards.shape) != (B,):
+                raise BatchError(f"TokenBatch.rewards must be [B] = [{B}], got {list(self.rewards.shape)}")
+            if not self.rewards.is_floating_point():
+                self.rewards = self.rewards.float()
+        if self.group_ids is not None:
+            if tuple(self.group_ids.shape) != (B,):
+                raise BatchError(f"TokenBatch.group_ids must be [B] = [{B}], got {list(self.group_ids.shape)}")
+            if self.group_ids.is_floating_point() or self.group_ids.dtype == torch.bool:
+                raise BatchError(f"TokenBatch.group_ids must be an integer tensor, got {self.group_ids.dtype}")
+
+
+@dataclass
+class LossOutput:
+    """What a compiled objective returns for one micro-batch.
+
+    Attributes:
+        loss: scalar float32 tensor to call ``backward()`` on.
+        metrics: plain floats, named ``<component>/<quantity>`` (for example
+            ``mask/s2t/silenced``, ``clip/high_fraction``), ready for any logger.
+    """
+
+    loss: torch.Tensor
+    metrics: dict[str, float]

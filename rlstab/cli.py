@@ -1,0 +1,80 @@
+"""The ``rlstab`` command: presets, validate, explain, schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rlstab.errors import ConfigError
+from rlstab.loading import load
+from rlstab.objective import Objective
+from rlstab.presets import preset_names
+
+
+def _cmd_presets(args) -> int:
+    width = max(map(len, preset_names()))
+    for name in preset_names():
+        description = " ".join((load(name).description or "").split())
+        first_sentence = description.split(": ", 1)[0] if len(description) > 90 else description
+        print(f"{name:<{width}}  {first_sentence[:100]}")
+    return 0
+
+
+def _cmd_validate(args) -> int:
+    failed = 0
+    for path in args.files:
+        try:
+            objective = load(path)
+        except ConfigError as err:
+            print(err, file=sys.stderr)
+            failed += 1
+        except OSError as err:
+            print(f"{path}: {err.strerror or err}", file=sys.stderr)
+            failed += 1
+        else:
+            print(f"{path}: ok ({objective.name or 'objective'})")
+    return 1 if failed else 0
+
+
+def _cmd_explain(args) -> int:
+    try:
+        print(load(args.objective).explain())
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_schema(args) -> int:
+    schema = Objective.model_json_schema()
+    schema["properties"]["extends"] = {
+        "type": "string",
+        "description": f"A preset ({', '.join(preset_names())}) or a YAML file to start from.",
+    }
+    schema["required"] = []  # `extends` may supply every field
+    print(json.dumps(schema, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlstab", description="Stable RL objectives for LLMs, composed in YAML.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("presets", help="list the shipped presets, one line each").set_defaults(func=_cmd_presets)
+    p = sub.add_parser("validate", help="validate objective YAML files (non-zero exit on any error)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=_cmd_validate)
+    p = sub.add_parser("explain", help="print an objective as a formula with every parameter")
+    p.add_argument("objective", metavar="FILE|PRESET")
+    p.set_defaults(func=_cmd_explain)
+    sub.add_parser("schema", help="print the JSON Schema of objective files").set_defaults(func=_cmd_schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

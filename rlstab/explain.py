@@ -1,0 +1,31 @@
+"""The composed objective as a readable formula with every parameter (``rlstab explain``)."""
+
+from __future__ import annotations
+
+from rlstab.objective import Objective
+
+
+def explain(objective: Objective) -> str:
+    o = objective
+    lines = []
+    if o.name:
+        lines.append(o.name)
+    if o.description:
+        lines.append(f"  {o.description}")
+    lines.append("")
+    term = "M * l(r, A)" if o.masks else "l(r, A)"
+    regs = "".join(f" + {r.coef:g} * Agg_valid(R{i})" for i, r in enumerate(o.regularisers))
+    lines.append(f"L = Agg[ {term} ]{regs}")
+    lines.append(f"  r   = exp(clamp(logp - old_logp, -{o.log_ratio_clamp:g}, {o.log_ratio_clamp:g}))")
+    lines.append(f"  A   = {o.advantage.describe()}")
+    lines.append("        (used when the trainer supplies no advantages)")
+    if o.masks:
+        lines.append("  M   = AND of:")
+        for i, m in enumerate(o.masks):
+            lines.append(f"        masks[{i}] {m.describe()}")
+    lines.append(f"  l   = {o.surrogate.describe()}")
+    lines.append(f"  Agg = {o.aggregation.describe()}")
+    for i, r in enumerate(o.regularisers):
+        lines.append(f"  R{i}  = {r.describe()}")
+    lines.append("  Step statistics (quantiles, group statistics, denominators) span every micro-batch and rank of the step.")
+    return "\n".join(lines)

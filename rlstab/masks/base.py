@@ -1,0 +1,45 @@
+"""What every token mask provides.
+
+A mask returns a float ``keep`` tensor, 1.0 where the token trains and 0.0 where it is silenced.
+Masks of an objective are AND-ed (multiplied). A mask whose rule depends on the whole step (an
+entropy quantile) names a *population* of values; the compiled objective takes the quantile over
+the whole step (every micro-batch, every rank) and hands the frozen threshold back to ``keep``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from rlstab.components import Component
+from rlstab.tokens import Tokens
+
+
+class Mask(Component):
+    """Base class of token masks (``masks:`` in an objective)."""
+
+    threshold_name: ClassVar[str] = "threshold"
+
+    def quantile_request(self, t: Tokens) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+        """``(values, include, q)``: the step population whose q-quantile this mask needs, or None."""
+        return None
+
+    def keep(self, t: Tokens, threshold: torch.Tensor | None) -> torch.Tensor:
+        """``[B, T]`` float32, 1.0 = the token trains. Padding may hold any value."""
+        raise NotImplementedError
+
+
+def below(x: torch.Tensor, bound: float | torch.Tensor) -> torch.Tensor:
+    """Float 0/1 indicator of ``x < bound`` (a float-output compare is ~4x cheaper than bool)."""
+    return torch.lt(x, bound, out=torch.empty_like(x))
+
+
+def at_least(x: torch.Tensor, bound: float | torch.Tensor) -> torch.Tensor:
+    """Float 0/1 indicator of ``x >= bound``."""
+    return torch.ge(x, bound, out=torch.empty_like(x))
+
+
+def positive(x: torch.Tensor) -> torch.Tensor:
+    """Float 0/1 indicator of ``x > 0``."""
+    return torch.gt(x, 0.0, out=torch.empty_like(x))

@@ -1,0 +1,73 @@
+"""An objective: one point in the space of stability methods, as a validated pydantic model.
+
+    L = Agg_{i,t}[ M_{i,t} * l(r_{i,t}, A_{i,t}) ] + sum_k c_k * Agg(R_k)
+
+A is the advantage (estimator), M the AND of the token masks, l the surrogate, Agg the
+aggregation, R the regularisers. Presets and user YAML files are instances of this model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlstab.advantages import GRPO, AnyAdvantage
+from rlstab.aggregation import AnyAggregation
+from rlstab.clipping import AnySurrogate, PPOClip
+from rlstab.masks import AnyMask
+from rlstab.regularisers import AnyRegulariser
+
+if TYPE_CHECKING:
+    from rlstab.compiled import CompiledObjective
+
+
+class Objective(BaseModel):
+    """A complete RL policy objective. Build it with :func:`rlstab.load`; run it with :meth:`compile`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    name: str | None = None
+    """A short name (presets set it)."""
+    description: str | None = None
+    """What the objective is and where it comes from."""
+    advantage: AnyAdvantage = Field(default_factory=GRPO)
+    """How advantages are computed when the trainer does not supply them."""
+    masks: list[AnyMask] = Field(default_factory=list)
+    """Token masks, AND-ed: a token trains only if every mask keeps it."""
+    surrogate: AnySurrogate = Field(default_factory=PPOClip)
+    """The per-token loss l(r, A)."""
+    aggregation: AnyAggregation
+    """How per-token losses become one number; its denominator is part of the method."""
+    regularisers: list[AnyRegulariser] = Field(default_factory=list)
+    """Terms added to the policy loss."""
+    log_ratio_clamp: float = Field(20.0, gt=0.0, le=80.0)
+    """log r is clamped to [-c, c] before exp (veRL uses 20), so a stale token cannot overflow."""
+
+    def compile(self) -> CompiledObjective:
+        """The loss callable: ``loss_fn(batch) -> LossOutput``; see :class:`rlstab.CompiledObjective`."""
+        from rlstab.compiled import CompiledObjective
+
+        return CompiledObjective(self)
+
+    def to_yaml(self) -> str:
+        """YAML that :func:`rlstab.load` turns back into an equal objective."""
+        return yaml.safe_dump(_kind_first(self.model_dump(mode="json", exclude_none=True)), sort_keys=False)
+
+    def explain(self) -> str:
+        """The composed objective as a readable formula with every parameter."""
+        from rlstab.explain import explain
+
+        return explain(self)
+
+
+def _kind_first(data):
+    """Put each component's ``kind`` first, where a reader looks for it."""
+    if isinstance(data, dict):
+        ordered = {"kind": data["kind"]} if "kind" in data else {}
+        ordered.update({k: _kind_first(v) for k, v in data.items() if k != "kind"})
+        return ordered
+    if isinstance(data, list):
+        return [_kind_first(v) for v in data]
+    return data

@@ -1,0 +1,119 @@
+"""Exact quantiles by radix selection: two histogram passes over 16-bit halves of the float key.
+
+Why not ``torch.quantile``: it sorts (slow), refuses inputs over 16M elements, and cannot run over
+values spread across micro-batches and data-parallel ranks without gathering them all.
+
+How: a float32 is mapped to an order-preserving 32-bit integer key. A first histogram over the
+key's top 16 bits (65,536 bins) tells which bin holds the wanted order statistic; a second
+histogram over the low 16 bits of that bin's members gives the exact key, hence the exact value.
+Histograms of different chunks add up, so the same two passes work over many micro-batches, and
+over ranks by all-reducing the two 65,536-bin count vectors (2 x 512 KiB of int64 per order
+statistic, whatever the number of tokens). Counts are int64, so there is no size limit.
+
+The result is ``torch.quantile(values, q, interpolation=...)``'s definition (the order statistics
+around the position ``q * (n - 1)``), with the position computed in float64: torch computes it in
+the input's dtype, so for float32 input its "higher"/"nearest" can pick a neighbouring order
+statistic and its "linear" weight is off by float32 rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+Interpolation = str  # "linear" | "lower" | "higher" | "nearest" | "midpoint"
+INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
+
+_BINS = 1 << 16
+# A reduce function sums a count tensor over whatever holds the rest of the data (ranks).
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _identity(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _sortable_key(values: torch.Tensor) -> torch.Tensor:
+    """int32 keys ordered like the float32 values (IEEE sign-magnitude -> two's complement)."""
+    bits = values.contiguous().view(torch.int32)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+def _key_to_value(key: int) -> torch.Tensor:
+    bits = key ^ ((key >> 31) & 0x7FFFFFFF)
+    return torch.tensor([bits], dtype=torch.int32).view(torch.float32)[0]
+
+
+def _histogram(indices: torch.Tensor, include: torch.Tensor) -> torch.Tensor:
+    """int64 counts of ``indices`` in [0, 65536) over the elements where ``include`` is set."""
+    # Excluded elements go to an extra bin that is dropped; this keeps counts exact integers.
+    idx = torch.where(include, indices, _BINS).to(torch.int64)
+    return torch.bincount(idx, minlength=_BINS + 1)[:_BINS]
+
+
+class Population:
+    """Values on which a quantile is taken, given as chunks ``(values, include)``.
+
+    ``values`` is any float tensor, ``include`` a bool tensor of the same shape selecting the
+    members. Chunks are typically micro-batches; ``reduce`` sums counts across ranks.
+    """
+
+    def __init__(self, chunks: Sequence[tuple[torch.Tensor, torch.Tensor]], reduce: Reduce = _identity):
+        self._chunks = [
+            (_sortable_key(v.detach().to(torch.float32).reshape(-1)), inc.reshape(-1)) for v, inc in chunks
+        ]
+        self._reduce = reduce
+        device = self._chunks[0][0].device if self._chunks else torch.device("cpu")
+        self._device = device
+        high = torch.zeros(_BINS, dtype=torch.int64, device=device)
+        for key, inc in self._chunks:
+            high += _histogram((key >> 16) + (_BINS // 2), inc)
+        self._high = reduce(high)
+        self._cum_high = torch.cumsum(self._high, 0)
+        self.size = int(self._cum_high[-1])
+
+    def order_statistic(self, k: int) -> torch.Tensor:
+        """The k-th smallest member (0-based), exactly, as a float32 0-d tensor."""
+        if not 0 <= k < self.size:
+            raise IndexError(f"order statistic {k} out of range for {self.size} values")
+        target = torch.tensor(k, dtype=torch.int64, device=self._device)
+        hi_bin = int(torch.searchsorted(self._cum_high, target, right=True))
+        below = int(self._cum_high[hi_bin - 1]) if hi_bin > 0 else 0
+        low = torch.zeros(_BINS, dtype=torch.int64, device=self._device)
+        for key, inc in self._chunks:
+            in_bin = inc & (((key >> 16) + (_BINS // 2)) == hi_bin)
+            low += _histogram(key & 0xFFFF, in_bin)
+        low = self._reduce(low)
+        lo_bin = int(torch.searchsorted(torch.cumsum(low, 0), target - below, right=True))
+        key = ((hi_bin - _BINS // 2) << 16) | lo_bin
+        return _key_to_value(key).to(self._device)
+
+    def quantile(self, q: float, interpolation: Interpolation = "linear") -> torch.Tensor | None:
+        """The q-quantile of the members, or None when there are none."""
+        if self.size == 0:
+            return None
+        pos = q * (self.size - 1)
+        lo_rank, hi_rank = math.floor(pos), math.ceil(pos)
+        frac = pos - lo_rank
+        if interpolation == "lower" or frac == 0.0:
+            return self.order_statistic(lo_rank)
+        if interpolation == "higher":
+            return self.order_statistic(hi_rank)
+        if interpolation == "nearest":
+            # torch.quantile rounds half to even on the position.
+            return self.order_statistic(int(round(pos)))
+        lo, hi = self.order_statistic(lo_rank), self.order_statistic(hi_rank)
+        if interpolation == "midpoint":
+            return torch.lerp(lo, hi, 0.5)
+        return torch.lerp(lo, hi, torch.tensor(frac, dtype=torch.float32, device=lo.device))
+
+
+def quantile(
+    values: torch.Tensor, q: float, include: torch.Tensor | None = None, interpolation: Interpolation = "linear"
+) -> torch.Tensor | None:
+    """Exact q-quantile of ``values[include]`` (all values when ``include`` is None)."""
+    if include is None:
+        include = torch.ones_like(values, dtype=torch.bool)
+    return Population([(values, include)]).quantile(q, interpolation)

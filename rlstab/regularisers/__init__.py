@@ -1,0 +1,13 @@
+"""Regularisers (``regularisers:``): terms added to the policy loss."""
+
+from typing import Annotated, Union
+
+from pydantic import Field
+
+from rlstab.regularisers.base import Regulariser
+from rlstab.regularisers.entropy_bonus import EntropyBonus
+from rlstab.regularisers.kl import KLPenalty
+
+AnyRegulariser = Annotated[Union[EntropyBonus, KLPenalty], Field(discriminator="kind")]
+
+__all__ = ["AnyRegulariser", "EntropyBonus", "KLPenalty", "Regulariser"]

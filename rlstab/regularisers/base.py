@@ -1,0 +1,26 @@
+"""What every regulariser provides: a per-token term, added as ``coef * Agg(term)``.
+
+Regularisers are aggregated like the policy loss but over every *valid* token: masks decide which
+tokens the policy gradient trains on, not where the policy is kept close to its reference or
+kept exploratory. They go through autograd (they are rarely on, and some need gradients through
+inputs other than the log-probabilities).
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from rlstab.batch import TokenBatch
+from rlstab.components import Component
+from rlstab.tokens import Tokens
+
+
+class Regulariser(Component):
+    """Base class of regularisers (``regularisers:`` in an objective)."""
+
+    coef: float = Field(description="Coefficient of the term in the loss.")
+
+    def term(self, batch: TokenBatch, t: Tokens) -> torch.Tensor:
+        """``[B, T]`` float32 per-token term, with gradient; the loss adds ``coef * Agg(term)``."""
+        raise NotImplementedError

@@ -1,0 +1,71 @@
+"""float32 views of a micro-batch, computed once and shared by every component.
+
+Components never touch a :class:`~rlstab.TokenBatch` directly: they read a :class:`Tokens`, in which
+every tensor is float32 (whatever the trainer's dtype), detached (gradients are handled by the
+compiled loss), laid out ``[B, T]``, and the 0/1 masks are float so that masking is a multiply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlstab.batch import TokenBatch
+
+
+def f32(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().to(torch.float32)
+
+
+@dataclass
+class Tokens:
+    """One micro-batch as the components see it.
+
+    Attributes:
+        valid: ``[B, T]`` 1.0 on response tokens, 0.0 on padding.
+        valid_bool: the same as bool.
+        logprobs: current policy log-probabilities (detached).
+        old_logprobs: behaviour policy log-probabilities (``logprobs`` when on-policy).
+        log_ratio: ``clamp(logprobs - old_logprobs, -c, c)``.
+        ratio: ``exp(log_ratio)``.
+        advantages: ``[B, T]`` (a ``[B]`` input is broadcast), set once the step's estimator ran.
+        entropy, rollout_logprobs, ref_logprobs: as in the batch, float32, or None.
+    """
+
+    batch: TokenBatch
+    valid: torch.Tensor
+    valid_bool: torch.Tensor
+    logprobs: torch.Tensor
+    old_logprobs: torch.Tensor
+    log_ratio: torch.Tensor
+    ratio: torch.Tensor
+    entropy: torch.Tensor | None
+    rollout_logprobs: torch.Tensor | None
+    ref_logprobs: torch.Tensor | None
+    log_ratio_clamp: float
+    advantages: torch.Tensor | None = None
+
+    @classmethod
+    def from_batch(cls, batch: TokenBatch, log_ratio_clamp: float) -> Tokens:
+        logprobs = f32(batch.logprobs)
+        old = logprobs if batch.old_logprobs is None else f32(batch.old_logprobs)
+        log_ratio = (logprobs - old).clamp_(-log_ratio_clamp, log_ratio_clamp)
+        valid_bool = batch.response_mask
+        return cls(
+            batch=batch,
+            valid=valid_bool.to(torch.float32),
+            valid_bool=valid_bool,
+            logprobs=logprobs,
+            old_logprobs=old,
+            log_ratio=log_ratio,
+            ratio=torch.exp(log_ratio),
+            entropy=f32(batch.entropy),
+            rollout_logprobs=f32(batch.rollout_logprobs),
+            ref_logprobs=f32(batch.ref_logprobs),
+            log_ratio_clamp=log_ratio_clamp,
+        )
+
+    def set_advantages(self, advantages: torch.Tensor) -> None:
+        adv = f32(advantages)
+        self.advantages = adv.unsqueeze(-1).expand_as(self.logprobs) if adv.dim() == 1 else adv

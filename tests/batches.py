@@ -1,0 +1,42 @@
+"""Random batches shared by the tests (importable: tests/ is on pytest's pythonpath)."""
+
+import math
+
+import torch
+
+import rlstab
+
+
+def random_batch(
+    B: int = 16,
+    T: int = 20,
+    *,
+    seed: int = 0,
+    groups: int = 4,
+    advantages: str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> rlstab.TokenBatch:
+    """A batch with padding, a tail of low-probability tokens (so S2T fires), entropy and rewards.
+
+    ``advantages``: None (estimated from rewards and group_ids), "sequence" ([B]) or "token" ([B, T]).
+    """
+    g = torch.Generator().manual_seed(seed)
+    logprobs = -torch.rand(B, T, generator=g).pow(3) * 3.0
+    low = torch.rand(B, T, generator=g) < 0.15
+    logprobs[low] = math.log(1e-3) + torch.rand(int(low.sum()), generator=g)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    mask = torch.arange(T) < lengths[:, None]
+    fields = dict(
+        logprobs=logprobs.to(dtype).requires_grad_(),
+        old_logprobs=(logprobs + 0.3 * torch.randn(B, T, generator=g)).to(dtype),
+        response_mask=mask,
+        entropy=(torch.rand(B, T, generator=g) * 2.0).to(dtype),
+        ref_logprobs=(logprobs + 0.1 * torch.randn(B, T, generator=g)).to(dtype),
+        rewards=torch.randint(0, 2, (B,), generator=g).float(),
+        group_ids=torch.randperm(B, generator=g) % groups,
+    )
+    if advantages == "sequence":
+        fields["advantages"] = torch.randn(B, generator=g).to(dtype)
+    elif advantages == "token":
+        fields["advantages"] = torch.randn(B, T, generator=g).to(dtype)
+    return rlstab.TokenBatch(**fields)

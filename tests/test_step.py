@@ -1,0 +1,88 @@
+"""The two-phase step API: a step split into micro-batches (and ranks) equals the whole step at once."""
+
+import os
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import rlstab
+import step_worker
+from batches import random_batch
+from step_worker import take
+
+SPLITS = [(0, 3), (3, 8), (8, 12), (12, 16)]  # 4 uneven micro-batches of a 16-response step
+
+
+def whole_and_split(name, batch):
+    loss_fn = rlstab.load(name).compile()
+    whole_leaf = batch.logprobs.detach().clone().requires_grad_()
+    whole = loss_fn(take(batch, 0, len(whole_leaf), whole_leaf))
+    whole.loss.backward()
+
+    split_leaf = batch.logprobs.detach().clone().requires_grad_()
+    micro = [take(batch, lo, hi, split_leaf) for lo, hi in SPLITS]
+    stats = loss_fn.gather(micro)
+    total = 0.0
+    for mb in micro:
+        out = loss_fn(mb, step=stats)
+        out.loss.backward()
+        total += out.loss.item()
+    return whole, whole_leaf.grad, total, split_leaf.grad, stats
+
+
+@pytest.mark.parametrize("advantages", [None, "sequence", "token"])
+@pytest.mark.parametrize("name", rlstab.preset_names())
+def test_four_micro_batches_equal_the_whole_step(name, advantages):
+    batch = random_batch(B=16, T=24, seed=11, advantages=advantages)
+    whole, whole_grad, total, split_grad, stats = whole_and_split(name, batch)
+    assert total == pytest.approx(whole.loss.item(), abs=1e-6)
+    assert torch.allclose(split_grad, whole_grad, atol=1e-6, rtol=0)
+    thresholds = [k for k in whole.metrics if k.endswith("_threshold")]
+    assert [t.item() for t in stats.thresholds if t is not None] == [whole.metrics[k] for k in thresholds]
+
+
+def test_the_split_matters_without_a_step():
+    # Without step statistics each micro-batch is its own scope: thresholds and denominators differ.
+    batch = random_batch(B=16, T=24, seed=11)
+    loss_fn = rlstab.load("stapo").compile()
+    whole = loss_fn(batch).loss.item()
+    leaf = batch.logprobs.detach().clone().requires_grad_()
+    separate = sum(loss_fn(take(batch, lo, hi, leaf)).loss.item() for lo, hi in SPLITS)
+    assert separate != pytest.approx(whole, abs=1e-6)
+
+
+def test_bf16_inputs_compute_in_float32():
+    batch = random_batch(seed=5, dtype=torch.bfloat16)
+    out = rlstab.load("stapo").compile()(batch)
+    assert out.loss.dtype == torch.float32
+    (grad,) = torch.autograd.grad(out.loss, batch.logprobs)
+    assert grad.dtype == torch.bfloat16 and torch.isfinite(grad.float()).all()
+
+
+# ---------------------------------------------------------------- two gloo ranks
+
+@pytest.mark.parametrize("name", ["stapo", "20-entropy", "dr_grpo"])
+def test_two_ranks_equal_one_process(name):
+    port = 29500 + os.getpid() % 1000
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=step_worker.run_rank, args=(r, 2, port, name, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = dict((r, (g, t, c)) for r, g, t, c in (queue.get(timeout=120) for _ in procs))
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+
+    batch = random_batch(B=16, T=24, seed=11)
+    loss_fn = rlstab.load(name).compile()
+    whole = loss_fn(batch)
+    (whole_grad,) = torch.autograd.grad(whole.loss, batch.logprobs)
+    whole_stats = loss_fn.gather([batch])
+    for rank in (0, 1):
+        grad, thresholds, counts = results[rank]
+        assert torch.allclose(grad, whole_grad, atol=1e-6, rtol=0)
+        assert thresholds == [None if t is None else t.item() for t in whole_stats.thresholds]
+        assert (counts.tokens_valid, counts.tokens_kept) == (whole_stats.counts.tokens_valid, whole_stats.counts.tokens_kept)
+        assert counts.world_size == 2
