@@ -44,7 +44,8 @@ class StepCounts:
 class Aggregation(Component):
     """Base class of aggregations."""
 
-    count: Count = Field(description="Which tokens a denominator counts: `kept` (after masks) or every `valid` token.")
+    count: Count
+    """Which tokens the denominators count: ``kept`` (after the masks) or every ``valid`` token. Required."""
 
     def scale(self, step: StepCounts, row_tokens: torch.Tensor) -> torch.Tensor | float:
         """Per-token weight, broadcastable to ``[B, T]``. ``row_tokens``: ``[B]`` counted tokens per response."""
@@ -107,9 +108,8 @@ class SeqMeanTokenSumNorm(Aggregation):
     """
 
     kind: Literal["seq-mean-token-sum-norm"] = "seq-mean-token-sum-norm"
-    norm: Annotated[int, Field(ge=1)] | Literal["max_length"] = Field(
-        "max_length", description="The constant L: a positive integer, or `max_length`."
-    )
+    norm: Annotated[int, Field(ge=1)] | Literal["max_length"] = "max_length"
+    """The constant L: a positive integer, or ``max_length`` (the step's padded response length)."""
 
     def scale(self, step, row_tokens):
         norm = step.max_length if self.norm == "max_length" else self.norm

@@ -1,6 +1,6 @@
 """The tensors a loss reads, under one set of names, and the loss's result.
 
-Every adapter maps its trainer's names onto :class:`TokenBatch` in exactly one place, so the
+Every adapter maps its trainer's names onto [`TokenBatch`][rlstab.TokenBatch] in exactly one place, so the
 components only ever see these names and shapes.
 """
 

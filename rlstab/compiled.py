@@ -1,8 +1,8 @@
 """A compiled objective: the torch loss, and the two-phase step API.
 
-Phase 1, :meth:`CompiledObjective.gather`: over every micro-batch of an optimizer step (and every
+Phase 1, [`CompiledObjective.gather`][rlstab.CompiledObjective.gather]: over every micro-batch of an optimizer step (and every
 data-parallel rank), compute what depends on the whole step — advantages' group statistics, mask
-thresholds (entropy quantiles), and the denominators — and freeze them in a :class:`StepStats`.
+thresholds (entropy quantiles), and the denominators — and freeze them in a [`StepStats`][rlstab.StepStats].
 
 Phase 2, ``loss_fn(micro_batch, step=stats)``: each micro-batch's share of the step loss. Summing
 the micro-batch losses (and averaging gradients over ranks, as DDP/FSDP do) gives exactly the
@@ -12,7 +12,7 @@ number of ranks.
 Called without ``step``, a micro-batch is its own step (statistics local to it, no communication).
 
 The policy-gradient term never builds an autograd graph: each surrogate returns its derivative in
-closed form and :class:`_PrecomputedGrad` hands it to autograd, so the backward pass is a single
+closed form and ``_PrecomputedGrad`` hands it to autograd, so the backward pass is a single
 multiply (see ``benchmarks/loss_overhead.py``).
 """
 
@@ -68,7 +68,7 @@ def _label_components(kinds: list[str]) -> list[str]:
 
 
 class CompiledObjective:
-    """The loss of an :class:`~rlstab.Objective`: ``loss_fn(batch, step=None) -> LossOutput``."""
+    """The loss of an [`Objective`][rlstab.Objective]: ``loss_fn(batch, step=None) -> LossOutput``."""
 
     def __init__(self, objective: Objective):
         self.objective = objective
@@ -110,8 +110,10 @@ class CompiledObjective:
         if batch.old_logprobs is not None:
             names.append("old_logprobs")
         names.append("advantages" if batch.advantages is not None else "rewards")
-        names += sorted({f for _, f in self._reads} - {"advantages"})
-        return names
+        read = {f for _, f in self._reads} - {"advantages"}
+        if batch.entropy is not None:
+            read.add("entropy")  # reported as entropy/mean even when no component reads it
+        return names + sorted(read)
 
     def _tokens(self, batch: TokenBatch) -> Tokens:
         self._check_reads(batch)
@@ -142,7 +144,7 @@ class CompiledObjective:
             if not tokens or requests[0] is None:
                 thresholds.append(None)
                 continue
-            population = Population([(v, inc) for v, inc, _ in requests], reduce=comm.sum)
+            population = Population([(v, inc) for v, inc, _ in requests], comm)
             thresholds.append(population.quantile(requests[0][2], getattr(mask, "interpolation", "linear")))
         masked, local = [], torch.zeros(4, dtype=torch.float64)
         max_length = 0
@@ -188,7 +190,9 @@ class CompiledObjective:
         out = self._call(batch, step)
         if isinstance(out, LossOutput):
             return out
-        return self._call(self._without_bad_padding(batch, out), step)
+        out = self._call(self._without_bad_padding(batch, out), step)
+        assert isinstance(out, LossOutput), "non-finite inputs remained after zeroing the padding"
+        return out
 
     def _call(self, batch: TokenBatch, step: StepStats | None) -> LossOutput | list[str]:
         t = self._tokens(batch)
@@ -264,9 +268,11 @@ class CompiledObjective:
 
         # Input checks ride on the metrics' host transfer: one sync per micro-batch.
         checked = self._checked_fields(batch)
-        sums = [getattr(batch, f).detach().sum().to(torch.float32) for f in checked]
+        # min and max are finite iff every value is (NaN propagates); a sum could overflow.
+        tensors = [getattr(batch, f).detach() for f in checked]
+        extremes = [v for x in tensors if x.numel() for v in torch.aminmax(x)]
         device = t.valid.device
-        host = torch.stack([v.detach().to(device, torch.float32).reshape(()) for v in values + [loss] + sums])
+        host = torch.stack([v.detach().to(device, torch.float32).reshape(()) for v in values + [loss] + extremes])
         host = host.tolist()
         if not all(map(_finite, host[len(names) + 1 :])):
             return checked
@@ -283,14 +289,14 @@ class CompiledObjective:
         replace = {}
         for name in checked:
             value = getattr(batch, name)
-            bad = ~torch.isfinite(value.detach())
+            bad = ~torch.isfinite(value.detach().to(torch.float32))  # as the loss will see it
             if not bad.any():
                 continue
             on_valid = bad & (mask.any(-1) if value.dim() == 1 else mask)
             if on_valid.any():
                 where = on_valid.nonzero()[0].tolist()
                 raise FloatingPointError(
-                    f"TokenBatch.{name} has {int(on_valid.sum())} non-finite value(s) on valid tokens "
+                    f"TokenBatch.{name} has {int(on_valid.sum())} value(s) on valid tokens that are not finite in float32 "
                     f"(first at index {where}: {value[tuple(where)].item()})"
                 )
             replace[name] = torch.where(bad, torch.zeros((), dtype=value.dtype, device=value.device), value)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 class Component(BaseModel):
     """A declarative piece of an objective.
 
-    Subclasses set ``kind`` (the YAML tag), ``reads`` (the :class:`~rlstab.TokenBatch` fields they
+    Subclasses set ``kind`` (the YAML tag), ``reads`` (the [`TokenBatch`][rlstab.TokenBatch] fields they
     need beyond logprobs and response_mask) and implement their family's methods.
     """
 

@@ -30,6 +30,8 @@ def yaml_path(loc: tuple, data: Any) -> str:
             continue
         if isinstance(node, dict) and part not in node and node.get("kind") == part:
             continue  # the union's tag
+        if not isinstance(node, (dict, list)) and out:
+            continue  # a member of a plain union (`int | 'max_length'`), not a YAML key
         out += f".{part}" if out else str(part)
         node = node.get(part) if isinstance(node, dict) else None
     return out or "<top level>"
@@ -55,5 +57,10 @@ def describe_validation_error(err: ValidationError, data: Any) -> list[str]:
         elif kind == "union_tag_not_found":
             problems.append(f"{path}: a 'kind' field is required to say which component this is")
         else:
-            problems.append(f"{path} = {_short(e['input'])}: {msg}")
+            line = f"{path} = {_short(e['input'])}: "
+            same = next((i for i, p in enumerate(problems) if p.startswith(line)), None)
+            if same is None:
+                problems.append(line + msg)
+            else:  # the alternatives of a union, on one line
+                problems[same] += f"; or {msg[0].lower()}{msg[1:]}"
     return problems

@@ -1,9 +1,10 @@
-"""``rlstab.load``: presets, YAML files, YAML text and dicts into an :class:`~rlstab.Objective`.
+"""``rlstab.load``: presets, YAML files, YAML text and dicts into an [`Objective`][rlstab.Objective].
 
 YAML is read with a safe loader (no tags, so ``!!python/object`` is refused) that also refuses
 duplicate keys. ``extends: <preset or file>`` starts from another objective and deep-merges the
 rest over it: mappings merge key by key, lists and scalars replace, and a component whose
-``kind`` changes is replaced whole (its old fields belong to another kind).
+``kind`` changes is replaced whole (its old fields belong to another kind). ``name`` and
+``description`` are not inherited: a derived objective is not its parent.
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ def _resolve(data: Any, source: str, directory: Path | None, chain: tuple[tuple[
         parse_yaml(base_text, base_source), base_source, base_dir, chain + ((base_id, base_source),)
     )
     rest = {k: v for k, v in data.items() if k != "extends"}
-    return _merge(base, rest)
+    merged = _merge(base, rest)
+    for key in ("name", "description"):  # a derived objective is not its parent
+        if key not in rest:
+            merged.pop(key, None)
+    return merged
 
 
 def _identity(label: str, directory: Path | None) -> str:
@@ -132,9 +137,9 @@ def _looks_like_path(text: str) -> bool:
 
 
 def load(source: Any) -> Objective:
-    """An :class:`~rlstab.Objective` from a preset name, a YAML path, YAML text, a dict, or an Objective.
+    """An [`Objective`][rlstab.Objective] from a preset name, a YAML path, YAML text, a dict, or an Objective.
 
-    Raises :class:`~rlstab.ConfigError` with one line per problem, each naming the source, the
+    Raises [`ConfigError`][rlstab.ConfigError] with one line per problem, each naming the source, the
     YAML path (``masks[0].tau_p``), the offending value and what is allowed.
     """
     if isinstance(source, Objective):

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class Objective(BaseModel):
-    """A complete RL policy objective. Build it with :func:`rlstab.load`; run it with :meth:`compile`."""
+    """A complete RL policy objective. Build it with [`rlstab.load`][rlstab.load]; run it with ``compile()``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -46,13 +46,13 @@ class Objective(BaseModel):
     """log r is clamped to [-c, c] before exp (veRL uses 20), so a stale token cannot overflow."""
 
     def compile(self) -> CompiledObjective:
-        """The loss callable: ``loss_fn(batch) -> LossOutput``; see :class:`rlstab.CompiledObjective`."""
+        """The loss callable: ``loss_fn(batch) -> LossOutput``; see [`CompiledObjective`][rlstab.CompiledObjective]."""
         from rlstab.compiled import CompiledObjective
 
         return CompiledObjective(self)
 
     def to_yaml(self) -> str:
-        """YAML that :func:`rlstab.load` turns back into an equal objective."""
+        """YAML that [`rlstab.load`][rlstab.load] turns back into an equal objective."""
         return yaml.safe_dump(_kind_first(self.model_dump(mode="json", exclude_none=True)), sort_keys=False)
 
     def explain(self) -> str:

@@ -7,8 +7,10 @@ How: a float32 is mapped to an order-preserving 32-bit integer key. A first hist
 key's top 16 bits (65,536 bins) tells which bin holds the wanted order statistic; a second
 histogram over the low 16 bits of that bin's members gives the exact key, hence the exact value.
 Histograms of different chunks add up, so the same two passes work over many micro-batches, and
-over ranks by all-reducing the two 65,536-bin count vectors (2 x 512 KiB of int64 per order
-statistic, whatever the number of tokens). Counts are int64, so there is no size limit.
+over ranks by all-reducing the 65,536-bin count vectors (512 KiB of int64 for the first pass and
+512 KiB per order statistic for the second, whatever the number of tokens). Counts are int64, so
+there is no size limit. Populations of at most 65,536 values are simply gathered (at most
+256 KiB over all ranks) and sorted.
 
 The result is ``torch.quantile(values, q, interpolation=...)``'s definition (the order statistics
 around the position ``q * (n - 1)``), with the position computed in float64: torch computes it in
@@ -19,21 +21,15 @@ statistic and its "linear" weight is off by float32 rounding.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
-Interpolation = str  # "linear" | "lower" | "higher" | "nearest" | "midpoint"
+from rlstab.comm import Comm
+
 INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
 
 _BINS = 1 << 16
-# A reduce function sums a count tensor over whatever holds the rest of the data (ranks).
-Reduce = Callable[[torch.Tensor], torch.Tensor]
-
-
-def _identity(t: torch.Tensor) -> torch.Tensor:
-    return t
-
 
 def _sortable_key(values: torch.Tensor) -> torch.Tensor:
     """int32 keys ordered like the float32 values (IEEE sign-magnitude -> two's complement)."""
@@ -57,27 +53,39 @@ class Population:
     """Values on which a quantile is taken, given as chunks ``(values, include)``.
 
     ``values`` is any float tensor, ``include`` a bool tensor of the same shape selecting the
-    members. Chunks are typically micro-batches; ``reduce`` sums counts across ranks.
+    members. Chunks are typically micro-batches; ``comm`` spans data-parallel ranks. Populations of
+    at most 65,536 members are gathered and sorted (cheaper than two histograms); larger ones use
+    the radix selection.
     """
 
-    def __init__(self, chunks: Sequence[tuple[torch.Tensor, torch.Tensor]], reduce: Reduce = _identity):
-        self._chunks = [
-            (_sortable_key(v.detach().to(torch.float32).reshape(-1)), inc.reshape(-1)) for v, inc in chunks
-        ]
-        self._reduce = reduce
-        device = self._chunks[0][0].device if self._chunks else torch.device("cpu")
-        self._device = device
-        high = torch.zeros(_BINS, dtype=torch.int64, device=device)
+    SORT_LIMIT = _BINS
+
+    def __init__(self, chunks: Sequence[tuple[torch.Tensor, torch.Tensor]], comm: Comm | None = None):
+        comm = comm or Comm(distributed=False)
+        self._reduce = comm.sum
+        self._device = chunks[0][0].device if chunks else torch.device("cpu")
+        values = [v.detach().to(torch.float32).reshape(-1) for v, _ in chunks]
+        include = [inc.reshape(-1) for _, inc in chunks]
+        local = sum((int(inc.sum()) for inc in include), 0)
+        self.size = int(comm.sum(torch.tensor(local, device=self._device)))
+        self._sorted = None
+        if self.size <= self.SORT_LIMIT:
+            members = [v[inc] for v, inc in zip(values, include)]
+            gathered = comm.cat(torch.cat(members) if members else torch.zeros(0, device=self._device))
+            self._sorted = gathered.sort().values
+            return
+        self._chunks = [(_sortable_key(v), inc) for v, inc in zip(values, include)]
+        high = torch.zeros(_BINS, dtype=torch.int64, device=self._device)
         for key, inc in self._chunks:
             high += _histogram((key >> 16) + (_BINS // 2), inc)
-        self._high = reduce(high)
-        self._cum_high = torch.cumsum(self._high, 0)
-        self.size = int(self._cum_high[-1])
+        self._cum_high = torch.cumsum(self._reduce(high), 0)
 
     def order_statistic(self, k: int) -> torch.Tensor:
         """The k-th smallest member (0-based), exactly, as a float32 0-d tensor."""
         if not 0 <= k < self.size:
             raise IndexError(f"order statistic {k} out of range for {self.size} values")
+        if self._sorted is not None:
+            return self._sorted[k]
         target = torch.tensor(k, dtype=torch.int64, device=self._device)
         hi_bin = int(torch.searchsorted(self._cum_high, target, right=True))
         below = int(self._cum_high[hi_bin - 1]) if hi_bin > 0 else 0
@@ -90,7 +98,7 @@ class Population:
         key = ((hi_bin - _BINS // 2) << 16) | lo_bin
         return _key_to_value(key).to(self._device)
 
-    def quantile(self, q: float, interpolation: Interpolation = "linear") -> torch.Tensor | None:
+    def quantile(self, q: float, interpolation: str = "linear") -> torch.Tensor | None:
         """The q-quantile of the members, or None when there are none."""
         if self.size == 0:
             return None
@@ -111,7 +119,7 @@ class Population:
 
 
 def quantile(
-    values: torch.Tensor, q: float, include: torch.Tensor | None = None, interpolation: Interpolation = "linear"
+    values: torch.Tensor, q: float, include: torch.Tensor | None = None, interpolation: str = "linear"
 ) -> torch.Tensor | None:
     """Exact q-quantile of ``values[include]`` (all values when ``include`` is None)."""
     if include is None:

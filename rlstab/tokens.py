@@ -1,6 +1,6 @@
 """float32 views of a micro-batch, computed once and shared by every component.
 
-Components never touch a :class:`~rlstab.TokenBatch` directly: they read a :class:`Tokens`, in which
+Components never touch a [`TokenBatch`][rlstab.TokenBatch] directly: they read a ``Tokens``, in which
 every tensor is float32 (whatever the trainer's dtype), detached (gradients are handled by the
 compiled loss), laid out ``[B, T]``, and the 0/1 masks are float so that masking is a multiply.
 """

@@ -21,7 +21,15 @@ def test_equals_torch_quantile(n, interpolation):
         assert quantile(x, q, interpolation=interpolation).item() == pytest.approx(expected.item(), rel=1e-6, abs=1e-7)
 
 
-def test_include_selects_members_and_chunks_add_up():
+@pytest.fixture(params=["sort", "radix"])
+def path(request, monkeypatch):
+    """Run a test through both selection paths (the radix one is normally for > 65,536 values)."""
+    if request.param == "radix":
+        monkeypatch.setattr(Population, "SORT_LIMIT", 0)
+    return request.param
+
+
+def test_include_selects_members_and_chunks_add_up(path):
     g = torch.Generator().manual_seed(0)
     chunks = [(torch.randn(n, generator=g).abs(), torch.rand(n, generator=g) < 0.7) for n in (5, 0, 300, 41)]
     members = torch.cat([v[inc] for v, inc in chunks])
@@ -31,14 +39,14 @@ def test_include_selects_members_and_chunks_add_up():
         assert pop.order_statistic(k).item() == members.sort().values[k].item()
 
 
-def test_negative_values_and_signed_zero():
+def test_negative_values_and_signed_zero(path):
     x = torch.tensor([-0.0, 0.0, -3.5, 2.0, -1e-30, 1e30])
     population = Population([(x, torch.ones(6, dtype=torch.bool))])
     got = torch.stack([population.order_statistic(k) for k in range(6)])
     assert torch.equal(got, x.sort().values)
 
 
-def test_empty_population_has_no_quantile():
+def test_empty_population_has_no_quantile(path):
     assert quantile(torch.ones(3), 0.5, include=torch.zeros(3, dtype=torch.bool)) is None
 
 

@@ -17,7 +17,8 @@ class PPOClip(Surrogate):
     $$l = \max\bigl(-A r,\; -A\,\mathrm{clip}(r, 1-\epsilon_{low}, 1+\epsilon_{high})\bigr),
     \qquad \text{and for } A < 0:\; l \leftarrow \min(l, -cA)$$
 
-    with $r = \exp(\mathrm{clamp}(\log\pi - \log\pi_{old}, -20, 20))$.
+    with $r = \exp(\mathrm{clamp}(\log\pi - \log\pi_{old}, -c_r, c_r))$, $c_r$ the objective's
+    ``log_ratio_clamp`` (20, as veRL).
 
     - Clip-higher (DAPO, arXiv 2503.14476): ``eps_high = 0.28`` > ``eps_low = 0.2`` lets unlikely
       tokens grow faster and keeps entropy from collapsing.

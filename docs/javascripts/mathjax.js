@@ -1,0 +1,5 @@
+// Typeset only the math that pymdownx.arithmatex (generic mode) marked up.
+window.MathJax = {
+  tex: { inlineMath: [["\\(", "\\)"]], displayMath: [["\\[", "\\]"]] },
+  options: { ignoreHtmlClass: ".*", processHtmlClass: "arithmatex" },
+};

@@ -1,0 +1,290 @@
+"""The ``rlstab`` command: presets, validate, explain, schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import rlstab
+from rlstab.cli import main
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rlstab", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+GOOD = """
+extends: stapo
+name: my-stapo
+masks:
+  - {kind: s2t, tau_p: 0.001}
+"""
+
+# name: (yaml text, substrings naming the YAML path / problem, the offending value)
+BAD = {
+    "unknown_kind": ("extends: stapo\nmasks:\n  - {kind: s2tt}\n", ["masks[0].kind", "'s2tt'"]),
+    "misspelled_field": (
+        "extends: stapo\nmasks:\n  - {kind: entropy_quantile, entropy_quantil: 0.3}\n",
+        ["masks[0].entropy_quantil", "0.3"],
+    ),
+    "out_of_range": ("extends: stapo\nmasks:\n  - {kind: s2t, tau_p: 1.5}\n", ["masks[0].tau_p", "1.5"]),
+    "wrong_type": ("extends: dapo\nsurrogate: {eps_high: abc}\n", ["surrogate.eps_high", "'abc'"]),
+    "malformed": ("extends: dapo\nsurrogate: {eps_high: 0.3\nmasks: []\n", ["malformed YAML", "line 3"]),
+    "python_tag": (
+        'extends: dapo\nname: !!python/object/apply:os.system ["echo hacked"]\n',
+        ["line 2", "python/object/apply:os.system"],
+    ),
+    "duplicate_key": ("extends: dapo\nname: a\nname: b\n", ["duplicate key 'name'", "line 3"]),
+    "not_a_mapping": ("- grpo\n- dapo\n", ["<top level>", "list"]),
+    "missing_count": ("name: x\naggregation: {kind: token-mean}\n", ["aggregation.count", "missing"]),
+    "circular": ("extends: circular.yaml\n", ["circular"]),
+    "bad_extends": ("extends: no-such-preset\n", ["extends", "'no-such-preset'"]),
+}
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+def test_presets_one_line_each(capsys):
+    assert main(["presets"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.splitlines()
+    names = rlstab.preset_names()
+    assert len(lines) == len(names)
+    assert [line.split()[0] for line in lines] == list(names)
+    for line in lines:
+        assert len(line.split()) > 1  # a description follows the name
+
+
+# ----------------------------------------------------------------------------- validate
+
+
+def test_validate_good_file(tmp_path, capsys):
+    path = write(tmp_path / "good.yaml", GOOD)
+    assert main(["validate", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.strip() == f"{path}: ok (my-stapo)"
+
+
+def test_validate_preset_name(capsys):
+    assert main(["validate", "stapo"]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_validate_bad_file(tmp_path, capsys, case):
+    text, expected = BAD[case]
+    path = write(tmp_path / f"{case}.yaml", text)
+    code = main(["validate", str(path)])
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert out == ""
+    message = err.strip()
+    assert len(message.splitlines()) == 1, message
+    assert len(message) < 300, message
+    assert str(tmp_path) in message and ".yaml" in message  # names the file
+    for part in expected:
+        assert part in message, (part, message)
+    assert "Traceback" not in err
+
+
+def test_validate_python_tag_not_executed(tmp_path, capsys):
+    marker = tmp_path / "hacked"
+    path = write(
+        tmp_path / "evil.yaml", f'extends: dapo\nname: !!python/object/apply:os.system ["touch {marker}"]\n'
+    )
+    assert main(["validate", str(path)]) != 0
+    capsys.readouterr()
+    assert not marker.exists()
+
+
+def test_validate_several_files_one_bad(tmp_path, capsys):
+    good = write(tmp_path / "good.yaml", GOOD)
+    bad = write(tmp_path / "bad.yaml", BAD["out_of_range"][0])
+    good2 = write(tmp_path / "good2.yaml", "extends: grpo\n")
+    code = main(["validate", str(good), str(bad), str(good2)])
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert f"{good}: ok" in out
+    assert f"{good2}: ok" in out
+    assert str(bad) not in out
+    assert str(bad) in err and "masks[0].tau_p" in err
+    assert str(good) not in err
+    assert "Traceback" not in err
+
+
+def test_validate_missing_file(tmp_path, capsys):
+    missing = tmp_path / "missing.yaml"
+    assert main(["validate", str(missing)]) != 0
+    out, err = capsys.readouterr()
+    assert str(missing) in err
+    assert "Traceback" not in err
+
+
+def test_validate_needs_a_file(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["validate"])
+    assert info.value.code != 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("case", ["out_of_range", "python_tag", "malformed"])
+def test_validate_subprocess_bad(tmp_path, case):
+    text, expected = BAD[case]
+    marker = tmp_path / "hacked"
+    if case == "python_tag":
+        text = f'extends: dapo\nname: !!python/object/apply:os.system ["touch {marker}"]\n'
+        expected = ["python/object/apply:os.system"]
+    path = write(tmp_path / f"{case}.yaml", text)
+    result = run_cli("validate", str(path))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    message = result.stderr.strip()
+    assert len(message.splitlines()) == 1
+    assert message.startswith(f"{path}: ")
+    for part in expected:
+        assert part in message
+    assert not marker.exists()
+
+
+def test_validate_subprocess_good_and_relative_extends(tmp_path):
+    write(tmp_path / "base" / "base.yaml", "extends: dapo\nname: base\n")
+    write(tmp_path / "cfg" / "child.yaml", "extends: ../base/base.yaml\nname: child\n")
+    result = run_cli("validate", "cfg/child.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "cfg/child.yaml: ok (child)"
+    assert result.stderr == ""
+
+
+def test_validate_subprocess_several_files(tmp_path):
+    good = write(tmp_path / "good.yaml", GOOD)
+    bad = write(tmp_path / "bad.yaml", BAD["unknown_kind"][0])
+    result = run_cli("validate", str(good), str(bad))
+    assert result.returncode == 1
+    assert f"{good}: ok" in result.stdout
+    assert str(bad) in result.stderr and "masks[0].kind" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# ----------------------------------------------------------------------------- explain
+
+
+def test_explain_stapo(capsys):
+    assert main(["explain", "stapo"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "stapo"
+    assert "0.002" in out  # tau_p
+    assert "Q_0.8" in out  # the 0.8 entropy quantile
+    assert "clip(r, 0.8, 1.28)" in out
+    assert "-10 A" in out and "dual-clip" in out
+    assert "kept tokens" in out
+    assert "masks[0] s2t" in out
+
+
+def test_explain_dr_grpo_differs(capsys):
+    assert main(["explain", "dr_grpo"]) == 0
+    out = capsys.readouterr().out
+    assert "seq-mean-token-sum-norm" in out
+    assert "Dr.GRPO" in out
+    assert "M   =" not in out  # no masks
+
+
+def test_explain_file(tmp_path, capsys):
+    path = write(
+        tmp_path / "mine.yaml",
+        """
+        extends: stapo
+        name: mine
+        masks:
+          - {kind: entropy_quantile, rho: 0.35, side: bottom}
+        surrogate: {eps_high: 0.4}
+        regularisers:
+          - {kind: kl, coef: 0.05, estimator: k2}
+        """,
+    )
+    assert main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "mine"
+    assert "entropy_quantile" in out and "Q_0.35" in out
+    assert "s2t" not in out.replace("STAPO", "")  # the list override replaced the s2t mask
+    assert "clip(r, 0.8, 1.4)" in out
+    assert "0.05" in out and "k2" in out
+
+
+def test_explain_bad_file(tmp_path, capsys):
+    path = write(tmp_path / "bad.yaml", BAD["wrong_type"][0])
+    assert main(["explain", str(path)]) != 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert str(path) in err and "surrogate.eps_high" in err
+
+
+def test_explain_subprocess():
+    result = run_cli("explain", "stapo")
+    assert result.returncode == 0
+    assert "0.002" in result.stdout
+    result = run_cli("explain", "no-such-thing")
+    assert result.returncode != 0
+    assert "no-such-thing" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# ----------------------------------------------------------------------------- schema
+
+
+def _resolve_ref(schema: dict, node: dict) -> dict:
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    assert ref.startswith("#/$defs/")
+    return schema["$defs"][ref.split("/")[-1]]
+
+
+def test_schema(capsys):
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    props = schema["properties"]
+    assert {"masks", "surrogate", "aggregation", "advantage", "regularisers", "extends"} <= set(props)
+    assert schema.get("additionalProperties") is False
+    assert props["masks"]["type"] == "array"
+    items = props["masks"]["items"]
+    assert set(items["discriminator"]["mapping"]) == {"s2t", "low_probability", "entropy_quantile"}
+    kinds = set()
+    for option in items["oneOf"]:
+        definition = _resolve_ref(schema, option)
+        kinds.add(definition["properties"]["kind"]["const"])
+        assert definition.get("additionalProperties") is False
+    assert kinds == {"s2t", "low_probability", "entropy_quantile"}
+    s2t = schema["$defs"]["S2T"]["properties"]["tau_p"]
+    assert s2t["default"] == 0.002
+    assert s2t["exclusiveMaximum"] == 1.0
+
+
+def test_schema_subprocess_is_json():
+    result = run_cli("schema")
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    assert "surrogate" in schema["properties"]
+
+
+def test_no_command_is_usage_error():
+    result = run_cli()
+    assert result.returncode == 2
+    assert "usage" in result.stderr
+    assert "Traceback" not in result.stderr
