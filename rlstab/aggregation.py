@@ -13,7 +13,7 @@ the loss of the whole step computed at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import torch
 from pydantic import Field
@@ -121,5 +121,5 @@ class SeqMeanTokenSumNorm(Aggregation):
 
 
 AnyAggregation = Annotated[
-    Union[TokenMean, SeqMeanTokenMean, SeqMeanTokenSum, SeqMeanTokenSumNorm], Field(discriminator="kind")
+    TokenMean | SeqMeanTokenMean | SeqMeanTokenSum | SeqMeanTokenSumNorm, Field(discriminator="kind")
 ]

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from rlstab.errors import ConfigError, describe_validation_error
 from rlstab.objective import Objective
-from rlstab.presets import preset_path, preset_names
+from rlstab.presets import preset_names, preset_path
 
 
 class _StrictSafeLoader(yaml.SafeLoader):

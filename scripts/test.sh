@@ -10,6 +10,6 @@ echo "== core tests"
 .venv-test/bin/python -m pytest -p no:cacheprovider
 echo "== docs"
 site=$(mktemp -d)
-.venv-test/bin/mkdocs build --strict --quiet -d "$site"
+NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet -d "$site"
 rm -rf "$site"
 echo "docs: built with --strict"

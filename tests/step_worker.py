@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 import rlstab
+
 from batches import random_batch
 
 

@@ -7,6 +7,7 @@ import torch
 import torch.multiprocessing as mp
 
 import rlstab
+
 import step_worker
 from batches import random_batch
 from step_worker import take

@@ -1,6 +1,6 @@
 """Advantage estimators (``advantage:``): how A is computed from rewards when the trainer does not supply it."""
 
-from typing import Annotated, Union
+from typing import Annotated
 
 from pydantic import Field
 
@@ -9,6 +9,6 @@ from rlstab.advantages.given import Given
 from rlstab.advantages.group import GRPO, RLOO
 from rlstab.advantages.reinforce_pp import ReinforcePP
 
-AnyAdvantage = Annotated[Union[GRPO, RLOO, ReinforcePP, Given], Field(discriminator="kind")]
+AnyAdvantage = Annotated[GRPO | RLOO | ReinforcePP | Given, Field(discriminator="kind")]
 
 __all__ = ["GRPO", "RLOO", "AdvantageEstimator", "AnyAdvantage", "Given", "GroupTable", "ReinforcePP"]

@@ -1,6 +1,6 @@
 """Regularisers (``regularisers:``): terms added to the policy loss."""
 
-from typing import Annotated, Union
+from typing import Annotated
 
 from pydantic import Field
 
@@ -8,6 +8,6 @@ from rlstab.regularisers.base import Regulariser
 from rlstab.regularisers.entropy_bonus import EntropyBonus
 from rlstab.regularisers.kl import KLPenalty
 
-AnyRegulariser = Annotated[Union[EntropyBonus, KLPenalty], Field(discriminator="kind")]
+AnyRegulariser = Annotated[EntropyBonus | KLPenalty, Field(discriminator="kind")]
 
 __all__ = ["AnyRegulariser", "EntropyBonus", "KLPenalty", "Regulariser"]
