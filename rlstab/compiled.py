@@ -262,7 +262,9 @@ class CompiledObjective:
         for name, count in result.counts.items():
             metric(name, count / n_valid_safe)
         metric("approx_kl", -torch.dot(valid_flat, t.log_ratio.reshape(-1)) / n_valid_safe)
-        metric("advantage/mean", torch.dot(valid_flat, t.advantages.reshape(-1)) / n_valid_safe)
+        adv = t.advantage_rows  # [B, 1]: sum over rows of valid tokens x advantage, without a [B, T] copy
+        adv_sum = torch.dot(t.valid.sum(-1), adv[:, 0]) if adv.shape[-1] == 1 else torch.dot(valid_flat, adv.reshape(-1))
+        metric("advantage/mean", adv_sum / n_valid_safe)
         if t.entropy is not None:
             metric("entropy/mean", torch.dot(valid_flat, t.entropy.reshape(-1)) / n_valid_safe)
 

@@ -30,6 +30,7 @@ class Tokens:
         log_ratio: ``clamp(logprobs - old_logprobs, -c, c)``.
         ratio: ``exp(log_ratio)``.
         advantages: ``[B, T]`` (a ``[B]`` input is broadcast), set once the step's estimator ran.
+        advantage_rows: the same, but ``[B, 1]`` when the advantages are per response.
         entropy, rollout_logprobs, ref_logprobs: as in the batch, float32, or None.
     """
 
@@ -45,6 +46,7 @@ class Tokens:
     ref_logprobs: torch.Tensor | None
     log_ratio_clamp: float
     advantages: torch.Tensor | None = None
+    advantage_rows: torch.Tensor | None = None
 
     @classmethod
     def from_batch(cls, batch: TokenBatch, log_ratio_clamp: float) -> Tokens:
@@ -68,4 +70,7 @@ class Tokens:
 
     def set_advantages(self, advantages: torch.Tensor) -> None:
         adv = f32(advantages)
-        self.advantages = adv.unsqueeze(-1).expand_as(self.logprobs) if adv.dim() == 1 else adv
+        # Per-response advantages stay [B, 1]: elementwise ops on a [B, T] broadcast view run a slow
+        # strided kernel, while a [B, 1] operand costs nothing and broadcasts at the next multiply.
+        self.advantage_rows = adv.unsqueeze(-1) if adv.dim() == 1 else adv
+        self.advantages = self.advantage_rows.expand_as(self.logprobs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -48,29 +49,42 @@ class PPOClip(Surrogate):
         return self
 
     def evaluate(self, t: Tokens, weight: torch.Tensor) -> SurrogateResult:
-        r, adv = t.ratio, t.advantages
+        r, adv = t.ratio, t.advantage_rows  # adv: [B, 1] (one per response) or [B, T]
         upper, lower = 1.0 + self.eps_high, 1.0 - self.eps_low
-        a_pos, a_neg = adv.clamp(min=0.0), adv.clamp(max=0.0)
+        dual = math.inf if self.dual_clip is None else self.dual_clip
+        # Each token's clip interval: A > 0: r <= 1+eh.  A < 0: 1-el <= r <= c.  (r > 0 always.)
+        # One clamp with per-response bounds is the active branch of the max (and of the dual min):
         # A > 0: l = -A min(r, 1+eh).  A < 0: l = -A clamp(r, 1-el, c).  A = 0: l = 0.
-        r_pos = r.clamp(max=upper)
-        r_neg = r.clamp(min=lower, max=self.dual_clip)
-        w_pos, w_neg = weight * a_pos, weight * a_neg
-        loss = -(torch.dot(w_pos.view(-1), r_pos.reshape(-1)) + torch.dot(w_neg.view(-1), r_neg.reshape(-1)))
-        # d l / d logp = -A r where r is inside the active clip branch, 0 where clipped.
-        active_neg = indicator(torch.ge, r, lower)
-        if self.dual_clip is not None:
-            active_neg.mul_(indicator(torch.le, r, self.dual_clip))
-        grad = w_pos.mul_(indicator(torch.le, r, upper)).add_(w_neg.mul_(active_neg))
-        grad.mul_(r).mul_(unclamped(t)).neg_()
+        lo = torch.where(adv > 0, 0.0, lower)
+        hi = torch.where(adv < 0, dual, upper)
+        r_clip = torch.clamp(r, min=lo, max=hi)
+        w = weight * adv.neg()
+        loss = torch.dot(w.view(-1), r_clip.view(-1))
+        # d l / d logp = -A r where r is inside its clip interval (r_clip == r), 0 where clipped.
+        active = indicator(torch.eq, r_clip, r)
+        grad = w.mul_(active).mul_(r).mul_(unclamped(t))
 
-        pos = indicator(torch.gt, adv, 0.0).mul_(t.valid).view(-1)
-        neg = indicator(torch.lt, adv, 0.0).mul_(t.valid).view(-1)
-        counts = {
-            "clip/high_fraction": torch.dot(pos, indicator(torch.gt, r, upper).view(-1)),
-            "clip/low_fraction": torch.dot(neg, indicator(torch.lt, r, lower).view(-1)),
-        }
-        if self.dual_clip is not None:
-            counts["clip/dual_fraction"] = torch.dot(neg, indicator(torch.gt, r, self.dual_clip).view(-1))
+        # Metrics: valid tokens outside their interval, by the sign of A (and side, for A < 0).
+        pos, neg = indicator(torch.gt, adv, 0.0), indicator(torch.lt, adv, 0.0)
+        active.mul_(t.valid)
+        if adv.shape[-1] == 1:  # per response: count per row, then weigh rows by the sign of A
+            clipped = t.valid.sum(-1).sub_(active.sum(-1))
+            high, out_neg = torch.dot(pos[:, 0], clipped), torch.dot(neg[:, 0], clipped)
+        else:
+            pos, neg = pos.mul_(t.valid).view(-1), neg.mul_(t.valid).view(-1)
+            active = active.view(-1)
+            high, out_neg = pos.sum() - torch.dot(pos, active), neg.sum() - torch.dot(neg, active)
+        counts = {"clip/high_fraction": high}
+        if self.dual_clip is None:
+            counts["clip/low_fraction"] = out_neg
+        else:
+            above = indicator(torch.gt, r, self.dual_clip).mul_(t.valid)
+            if adv.shape[-1] == 1:
+                n_dual = torch.dot(neg[:, 0], above.sum(-1))
+            else:
+                n_dual = torch.dot(neg, above.view(-1))
+            counts["clip/low_fraction"] = out_neg - n_dual
+            counts["clip/dual_fraction"] = n_dual
         return SurrogateResult(loss, grad, counts)
 
     def describe(self) -> str:
@@ -90,7 +104,7 @@ class NoClip(Surrogate):
     kind: Literal["none"] = "none"
 
     def evaluate(self, t: Tokens, weight: torch.Tensor) -> SurrogateResult:
-        wa = weight * t.advantages
+        wa = weight * t.advantage_rows
         loss = -torch.dot(wa.view(-1), t.ratio.reshape(-1))
         grad = wa.mul_(t.ratio).mul_(unclamped(t)).neg_()
         return SurrogateResult(loss, grad, {})

@@ -70,8 +70,8 @@ class S2T(Mask):
     def keep(self, t: Tokens, threshold: torch.Tensor | None) -> torch.Tensor:
         if threshold is None:  # empty population: no token is silenced
             return torch.ones_like(t.logprobs)
-        candidate = positive(t.advantages)
-        candidate.mul_(below(_probability_source(t, self.prob_source), math.log(self.tau_p)))
+        candidate = below(_probability_source(t, self.prob_source), math.log(self.tau_p))
+        candidate.mul_(positive(t.advantage_rows))
         side = below if self.entropy_side == "low" else at_least
         candidate.mul_(side(t.entropy, threshold))
         return candidate.neg_().add_(1.0)
@@ -103,8 +103,8 @@ class LowProbability(Mask):
     """Whose probability is compared with tau_p."""
 
     def keep(self, t: Tokens, threshold: torch.Tensor | None) -> torch.Tensor:
-        candidate = positive(t.advantages)
-        candidate.mul_(below(_probability_source(t, self.prob_source), math.log(self.tau_p)))
+        candidate = below(_probability_source(t, self.prob_source), math.log(self.tau_p))
+        candidate.mul_(positive(t.advantage_rows))
         return candidate.neg_().add_(1.0)
 
     def describe(self) -> str:
