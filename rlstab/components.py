@@ -1,6 +1,7 @@
 """The base every component derives from: a frozen pydantic model with a ``kind`` tag.
 
 ``extra="forbid"`` turns a misspelt YAML field into an error instead of a silently ignored key;
+``strict`` refuses ``true`` for a number and ``"0.2"`` for a float instead of coercing them;
 ``frozen`` makes a compiled objective immune to later edits of its config.
 """
 
@@ -18,7 +19,7 @@ class Component(BaseModel):
     need beyond logprobs and response_mask) and implement their family's methods.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
     reads: ClassVar[frozenset[str]] = frozenset()
 

@@ -10,6 +10,7 @@ rest over it: mappings merge key by key, lists and scalars replace, and a compon
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from rlstab.presets import preset_names, preset_path
 
 
 class _StrictSafeLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys."""
+    """SafeLoader that refuses duplicate keys and reads ``1e-6`` as a float (YAML 1.2), not a string."""
 
 
 def _mapping_without_duplicates(loader, node, deep=False):
@@ -38,6 +39,9 @@ def _mapping_without_duplicates(loader, node, deep=False):
 
 
 _StrictSafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+_StrictSafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
 
 
 def parse_yaml(text: str, source: str) -> Any:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class Objective(BaseModel):
     """A complete RL policy objective. Build it with [`rlstab.load`][rlstab.load]; run it with ``compile()``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
     name: str | None = None
     """A short name (presets set it)."""

@@ -475,3 +475,14 @@ def test_union_alternatives_name_the_yaml_path_once():
         rlstab.load({"extends": "dr_grpo", "aggregation": {"norm": 0}})
     (line,) = str(err.value).splitlines()
     assert "aggregation.norm = 0:" in line and "greater than or equal to 1" in line and "max_length" in line
+
+
+def test_numbers_are_not_coerced_from_booleans_or_strings():
+    for bad in ("true", '"0.3"'):
+        with pytest.raises(rlstab.ConfigError, match=r"surrogate\.eps_high"):
+            rlstab.load(f"extends: dapo\nsurrogate: {{eps_high: {bad}}}\n")
+
+
+def test_exponent_without_a_dot_is_a_float():
+    # YAML 1.1 (PyYAML's default) reads 2e-3 as a string; objective files read it as a number.
+    assert rlstab.load("extends: stapo\nmasks: [{kind: s2t, tau_p: 2e-3}]\n").masks[0].tau_p == 0.002
