@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 PY=$(command -v python3.11 || command -v python3)
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
-.venv/bin/pip install -q --disable-pip-version-check -e .
+.venv/bin/pip install -q --disable-pip-version-check -e ".[demo]"
 .venv/bin/rlstab explain stapo
 echo
 .venv/bin/python examples/loss_example.py
