@@ -9,6 +9,13 @@ regularisers) in YAML, validate them before a cluster starts, and run them as on
     out.loss.backward(); print(out.metrics)
 """
 
+import warnings
+
+with warnings.catch_warnings():
+    # torch warns at import when NumPy is absent; rlstab never uses NumPy, so keep the CLI's output clean.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch  # noqa: F401
+
 from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.compiled import CompiledObjective, StepStats
 from rlstab.errors import ConfigError
