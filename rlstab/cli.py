@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("objective", metavar="FILE|PRESET")
     p.set_defaults(func=_cmd_explain)
     sub.add_parser("schema", help="print the JSON Schema of objective files").set_defaults(func=_cmd_schema)
+    # The demo's commands register themselves; their heavy imports happen only when they run.
+    from rlstab.demo import audit_command, demo_command
+
+    demo_command.register(sub)
+    audit_command.register(sub)
     return parser
 
 

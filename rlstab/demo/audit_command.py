@@ -1,0 +1,209 @@
+"""``rlstab audit``: which tokens would each mask silence, on a real policy's own responses?
+
+Only argparse runs at import time; torch, the models and matplotlib load when the command runs,
+so ``rlstab --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+TABLE_FILE = "audit.md"
+CHART_FILE = "audit.png"
+DATA_FILE = "audit.json"
+# Problems sampled by default: tens of thousands of tokens for the tiny model (seconds), fewer for
+# SmolLM2 (about two minutes on two cores).
+DEFAULT_PROMPTS = {"tiny": 256, "smollm2": 32}
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``audit`` subcommand to the ``rlstab`` parser's subparsers."""
+    p = subparsers.add_parser(
+        "audit",
+        help="sample a policy's responses and show which tokens each mask of an objective would silence",
+        description=(
+            "Sample --group-size responses to each of --prompts problems of --task from --model, compute every "
+            "token's probability, entropy and advantage, and report, for each mask of each objective, how many "
+            "tokens it silences and which ones (STAPO's analysis of spurious tokens). Writes audit.md, audit.png "
+            "and audit.json to --out and prints the table."
+        ),
+    )
+    p.add_argument("--objective", action="append", metavar="PRESET|FILE",
+                   help="a preset name or an objective YAML file; repeat to compare "
+                        "(default: stapo, stapo-probability-only and stapo-high-entropy)")
+    p.add_argument("--model", default="tiny", choices=("tiny", "smollm2"),
+                   help="tiny (default: the demo's character transformer, warm-started and cached) or smollm2 "
+                        "(SmolLM2-135M-Instruct, an optional extra)")
+    p.add_argument("--task", default="add2", help="add2 (default), add3 or mul2")
+    p.add_argument("--prompts", type=_positive, default=None,
+                   help=f"problems to sample (default {DEFAULT_PROMPTS['tiny']} for tiny, {DEFAULT_PROMPTS['smollm2']} for "
+                        "smollm2: STAPO's spurious tokens are about 1 in 10,000)")
+    p.add_argument("--group-size", type=_positive, default=8, help="responses per problem, G (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the problems, the sampling and the tiny model's warm start (default 0)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0, as STAPO)")
+    p.add_argument("--top-k", type=_positive, default=8, help="most silenced tokens shown per mask (default 8)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="tiny model: supervised warm-start steps (default: per task, as rlstab demo); cached")
+    p.add_argument("--out", default="runs/audit", help="output folder (default runs/audit)")
+    p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
+    p.add_argument("--threads", type=_positive, default=None,
+                   help="torch CPU threads (default: 1 for tiny, where more cost more than they save; all for smollm2)")
+    p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    """The ``rlstab audit`` command (torch runs on ``--threads`` threads meanwhile)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    wanted = args.threads or (1 if args.model == "tiny" else threads)
+    torch.set_num_threads(wanted)
+    try:
+        return _run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args) -> int:
+    from rlstab.advantages import Given
+    from rlstab.demo.audit import DEFAULT_OBJECTIVES
+    from rlstab.demo.demo_command import objective_labels
+    from rlstab.demo.tasks import get_task
+    from rlstab.errors import ConfigError
+    from rlstab.loading import load
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    sources = args.objective or list(DEFAULT_OBJECTIVES)
+    try:
+        loss_fns = [load(s).compile() for s in sources]
+        labels = objective_labels(sources)
+        task = get_task(args.task)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as err:
+        print(f"rlstab audit: {err}", file=sys.stderr)
+        return 2
+
+    for source, fn in zip(sources, loss_fns):
+        if isinstance(fn.objective.advantage, Given):
+            print(f"rlstab audit: {source}: its advantages are given by the trainer (advantage: given); the audit "
+                  "estimates them from rewards, so the objective needs an advantage estimator", file=sys.stderr)
+            return 2
+
+    from rlstab.demo.models import load_policy
+
+    started = time.perf_counter()
+    try:
+        policy = load_policy(args.model, task, seed=args.seed, cache_dir=args.cache_dir, progress=log,
+                             warm_start_steps=args.warmup_steps)
+    except (ImportError, RuntimeError) as err:
+        print(f"rlstab audit: {err}", file=sys.stderr)
+        return 2
+    prompts = args.prompts or DEFAULT_PROMPTS[args.model]
+    log(f"audit: sampling {prompts} x {args.group_size} responses ({args.model} on {task.name})")
+    report = audit(policy, task, loss_fns, labels, model=args.model, prompts=prompts,
+                   group_size=args.group_size, seed=args.seed, temperature=args.temperature, top_k=args.top_k)
+    out = Path(args.out)
+    write(report, out)
+    print(report["markdown"])
+    log(f"audit: wrote {out / TABLE_FILE}, {out / CHART_FILE} and {out / DATA_FILE} "
+        f"in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def audit(policy, task, loss_fns, labels, *, model, prompts, group_size, seed, temperature, top_k) -> dict:
+    """Sample, audit every objective, and lay out the report (no file I/O)."""
+    from rlstab.demo.audit import (
+        audit_objective,
+        collect,
+        examples_table,
+        markdown_table,
+        rules,
+        summary_line,
+    )
+
+    sample = collect(policy, task, prompts=prompts, group_size=group_size, seed=seed, temperature=temperature,
+                     model=model)
+    audits = [audit_objective(sample, fn, name=label, top_k=top_k) for fn, label in zip(loss_fns, labels)]
+    parts = [f"# Token audit: {model} on {task.name}", summary_line(sample), markdown_table(audits)]
+    examples = examples_table(audits)
+    if examples:
+        parts.append("Silenced tokens in their responses (the first few per mask):\n\n" + examples)
+    parts.append("Masks:\n\n" + "\n".join(f"- {r}" for r in rules(audits)))
+    parts.append(f"![most silenced tokens per mask]({CHART_FILE})")
+    return {
+        "sample": sample,
+        "audits": audits,
+        "markdown": "\n\n".join(parts[:3]),  # what the command prints
+        "document": "\n\n".join(parts) + "\n",  # audit.md
+    }
+
+
+def write(report: dict, out: Path) -> None:
+    """``audit.md``, ``audit.png`` and ``audit.json`` under ``out``."""
+    from rlstab.demo.audit import figure
+
+    sample, audits = report["sample"], report["audits"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TABLE_FILE).write_text(report["document"])
+    fig = figure(audits, title=f"Most silenced tokens: {sample.model} on {sample.task}, "
+                               f"{sample.responses} responses, {sample.tokens:,} tokens")
+    fig.savefig(out / CHART_FILE, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    data = {
+        "model": sample.model,
+        "task": sample.task,
+        "responses": sample.responses,
+        "prompts": len(sample.problems),
+        "group_size": sample.group_size,
+        "temperature": sample.temperature,
+        "seed": sample.seed,
+        "tokens": sample.tokens,
+        "mean_reward": float(sample.rewards.mean()) if sample.responses else 0.0,
+        "mixed_groups": sample.mixed_groups,
+        "objectives": [
+            {
+                "name": a.name,
+                "advantage": a.advantage,
+                "positive_tokens": a.positive_tokens,
+                "kept": a.kept,
+                "metrics": a.metrics,
+                "masks": [
+                    {
+                        "label": m.label,
+                        "rule": m.rule,
+                        "tokens": m.tokens,
+                        "silenced": m.silenced,
+                        "fraction": m.fraction,
+                        "threshold": m.threshold,
+                        "top": [vars(c) for c in m.top],
+                        "silenced_if_rewarded": m.silenced_if_rewarded,
+                        "top_if_rewarded": [vars(c) for c in m.top_if_rewarded],
+                        "examples": [vars(e) for e in m.examples],
+                    }
+                    for m in a.masks
+                ],
+            }
+            for a in audits
+        ],
+    }
+    (out / DATA_FILE).write_text(json.dumps(data, indent=2) + "\n")

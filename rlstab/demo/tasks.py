@@ -1,0 +1,210 @@
+"""Synthetic, verifiable tasks for the demo: arithmetic with a short chain of thought.
+
+A task is generated in code, so the demo needs no data set, and its reward is exact: the text
+after the response's last ``:`` must equal the answer. Each task also writes the response a
+careful solver would give (:meth:`Task.demonstration`), which the supervised warm start imitates
+before RL begins. The chain of thought gives RL something to shape: a response can get a digit
+sum or a carry wrong and so the final answer, and the probability of each such token is what
+the token masks (STAPO's S2T, 20-Entropy's quantile) look at.
+
+``add2`` (the default) is ``"47+38="`` -> ``"7+8=15,4+3+1=8:85"``, digit by digit from the right
+with the carry written out. ``add3`` is the same with three digits (a longer chain, more places
+to go wrong), ``mul2`` multiplies two 2-digit numbers through two partial products
+(``"47*38="`` -> ``"47*8=376,47*30=1410:1786"``), which a 1M-parameter model finds much harder.
+
+Held-out problems are a fixed tenth of each task's problem space (by a stable hash of the
+prompt), so the held-out accuracy measures problems that neither the warm start nor RL trained on.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+# Every character any task writes. One shared alphabet keeps the codec (and so a warm-started
+# model's vocabulary) the same for every task.
+ALPHABET = "0123456789+*=,:"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt and the exact answer its response must end with (after the last ``:``)."""
+
+    prompt: str
+    answer: str
+
+
+class Task(Protocol):
+    """A verifiable task: problems, their exact-match reward and a demonstration response."""
+
+    name: str
+    description: str
+    max_new_tokens: int
+    """Enough tokens for the longest demonstration plus its EOS, with a little room to spare."""
+
+    def problems(self, n: int, generator: torch.Generator) -> list[Problem]:
+        """``n`` random problems, drawn only from ``generator`` (so a seed fixes them)."""
+        ...
+
+    def reward(self, problem: Problem, response_text: str) -> float:
+        """1.0 when the response's final answer is exactly right, else 0.0."""
+        ...
+
+    def demonstration(self, problem: Problem) -> str:
+        """The response the warm start trains on (without EOS; the codec adds it)."""
+        ...
+
+
+class CharCodec:
+    """One token per character of :data:`ALPHABET`, plus padding and end-of-sequence.
+
+    Implements ``rlstab.demo.policy.Codec``. Ids: ``pad_id = 0``, ``eos_id = 1``, then the
+    alphabet in order.
+    """
+
+    pad_id = 0
+    eos_id = 1
+
+    def __init__(self, alphabet: str = ALPHABET):
+        self.alphabet = alphabet
+        self._ids = {c: i + 2 for i, c in enumerate(alphabet)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.alphabet) + 2
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self._ids[c] for c in text]
+        except KeyError as err:
+            raise ValueError(f"character {err.args[0]!r} is not in the demo's alphabet {self.alphabet!r}") from None
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.alphabet[i - 2] for i in ids if i >= 2)
+
+    def token_text(self, token_id: int) -> str:
+        if token_id == self.eos_id:
+            return "<eos>"
+        if token_id == self.pad_id:
+            return "<pad>"
+        return self.alphabet[token_id - 2]
+
+
+def final_answer(response_text: str) -> str | None:
+    """The text after the last ``:``, or None when there is none."""
+    head, sep, tail = response_text.rpartition(":")
+    return tail if sep else None
+
+
+def _digits_right_to_left(x: int, n: int) -> list[int]:
+    return [(x // 10**i) % 10 for i in range(n)]
+
+
+@dataclass(frozen=True)
+class Addition:
+    """``digits``-digit addition, worked digit by digit from the right with the carry written out."""
+
+    digits: int = 2
+
+    @property
+    def name(self) -> str:
+        return f"add{self.digits}"
+
+    @property
+    def description(self) -> str:
+        return f"{self.digits}-digit addition with a digit-by-digit chain of thought"
+
+    @property
+    def max_new_tokens(self) -> int:
+        # Per digit "9+9+1=19," (9 characters, the first has no carry), then ":" and the sum.
+        return 9 * self.digits - 2 + 1 + (self.digits + 1) + 1 + 3
+
+    def problems(self, n: int, generator: torch.Generator) -> list[Problem]:
+        low, high = 10 ** (self.digits - 1), 10**self.digits
+        operands = torch.randint(low, high, (n, 2), generator=generator).tolist()
+        return [Problem(f"{a}+{b}=", str(a + b)) for a, b in operands]
+
+    def reward(self, problem: Problem, response_text: str) -> float:
+        return float(final_answer(response_text) == problem.answer)
+
+    def demonstration(self, problem: Problem) -> str:
+        a, b = (int(x) for x in problem.prompt.rstrip("=").split("+"))
+        steps, carry = [], 0
+        for i, (da, db) in enumerate(zip(_digits_right_to_left(a, self.digits), _digits_right_to_left(b, self.digits))):
+            total = da + db + carry
+            steps.append(f"{da}+{db}={total}" if i == 0 else f"{da}+{db}+{carry}={total}")
+            carry = total // 10
+        return ",".join(steps) + f":{a + b}"
+
+
+@dataclass(frozen=True)
+class Multiplication:
+    """2-digit by 2-digit multiplication through two partial products: ``47*8=376,47*30=1410:1786``."""
+
+    name: str = "mul2"
+    description: str = "2-digit multiplication through two partial products"
+    max_new_tokens: int = 30  # "99*9=891,99*90=8910:9801" is 24 characters, then EOS
+
+    def problems(self, n: int, generator: torch.Generator) -> list[Problem]:
+        operands = torch.randint(10, 100, (n, 2), generator=generator).tolist()
+        return [Problem(f"{a}*{b}=", str(a * b)) for a, b in operands]
+
+    def reward(self, problem: Problem, response_text: str) -> float:
+        return float(final_answer(response_text) == problem.answer)
+
+    def demonstration(self, problem: Problem) -> str:
+        a, b = (int(x) for x in problem.prompt.rstrip("=").split("*"))
+        units, tens = b % 10, b // 10 * 10
+        return f"{a}*{units}={a * units},{a}*{tens}={a * tens}:{a * b}"
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (Addition(2), Addition(3), Multiplication())}
+
+
+def task_names() -> tuple[str, ...]:
+    return tuple(TASKS)
+
+
+def get_task(name: str) -> Task:
+    """The task called ``name`` (``add2``, ``add3``, ``mul2``)."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}") from None
+
+
+# ----------------------------------------------------------------------------- held-out split
+
+HELD_OUT_MODULUS = 10  # one problem in ten is held out
+
+
+def is_held_out(problem: Problem) -> bool:
+    """Whether ``problem`` belongs to the held-out tenth of its task (a stable hash of the prompt)."""
+    return zlib.crc32(problem.prompt.encode()) % HELD_OUT_MODULUS == 0
+
+
+def training_problems(task: Task, n: int, generator: torch.Generator) -> list[Problem]:
+    """``n`` problems for training (warm start or RL): the task's draws with held-out ones skipped."""
+    out: list[Problem] = []
+    while len(out) < n:
+        out += [p for p in task.problems(n - len(out), generator) if not is_held_out(p)]
+    return out
+
+
+def held_out_problems(task: Task, n: int, seed: int = 1234) -> list[Problem]:
+    """A fixed set of ``n`` distinct held-out problems (the same for every run of the task).
+
+    Fewer than ``n`` only when the task has fewer distinct held-out problems (``add2`` has 800-odd).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    seen: dict[str, Problem] = {}
+    for _ in range(200):
+        for p in task.problems(max(n, 64), generator):
+            if is_held_out(p) and p.prompt not in seen and len(seen) < n:
+                seen[p.prompt] = p
+        if len(seen) >= n:
+            break
+    return list(seen.values())
