@@ -66,7 +66,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
     p.add_argument("--threads", type=_positive, default=1,
-                   help="torch CPU threads (default 1: at this model size more threads cost more than they save)")
+                   help="torch CPU threads (default 1: at this model size a second thread mostly adds synchronisation)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     p.set_defaults(func=run)
     return p

