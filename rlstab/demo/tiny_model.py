@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlstab.demo.policy import Rollout
+from rlstab.demo.policy import Rollout, next_token
 
 
 @dataclass(frozen=True)
@@ -165,11 +165,7 @@ class TinyPolicy:
         finished = torch.zeros(N, dtype=torch.bool)
         out = []
         for t in range(max_new_tokens):
-            if temperature > 0:
-                probs = torch.softmax(next_logits.float() / temperature, dim=-1)
-                token = torch.multinomial(probs, 1, generator=generator)[:, 0]
-            else:
-                token = next_logits.argmax(-1)
+            token = next_token(next_logits, temperature, generator)
             token = torch.where(finished, torch.full_like(token, self.codec.pad_id), token)
             out.append(token)
             finished |= token == self.codec.eos_id
