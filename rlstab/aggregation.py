@@ -68,6 +68,22 @@ class TokenMean(Aggregation):
         return f"token-mean: sum over tokens / number of {self.count} tokens in the step"
 
 
+class TokenSum(Aggregation):
+    r"""$\sum_{i,t} l_{i,t}$: no denominator (veRL's ``token-sum``).
+
+    The loss scales with the number of tokens in the step, so the learning rate must absorb the
+    batch size. ``count`` is accepted for uniformity and changes nothing.
+    """
+
+    kind: Literal["token-sum"] = "token-sum"
+
+    def scale(self, step, row_tokens):
+        return float(step.world_size)
+
+    def describe(self) -> str:
+        return "token-sum: sum over tokens (no denominator)"
+
+
 class SeqMeanTokenMean(Aggregation):
     r"""$\frac{1}{S}\sum_i \frac{1}{n_i}\sum_t l_{i,t}$: the original GRPO aggregation.
 
@@ -121,5 +137,5 @@ class SeqMeanTokenSumNorm(Aggregation):
 
 
 AnyAggregation = Annotated[
-    TokenMean | SeqMeanTokenMean | SeqMeanTokenSum | SeqMeanTokenSumNorm, Field(discriminator="kind")
+    TokenMean | TokenSum | SeqMeanTokenMean | SeqMeanTokenSum | SeqMeanTokenSumNorm, Field(discriminator="kind")
 ]

@@ -39,6 +39,10 @@ class TokenBatch:
         rollout_logprobs: ``[B, T]`` log-probabilities reported by the inference engine (vLLM,
             SGLang) for trainer/inference mismatch corrections.
         ref_logprobs: ``[B, T]`` log-probabilities under the reference policy, for KL terms.
+        is_weights: ``[B, T]`` (per token) or ``[B]`` (per response) importance weights that a
+            trainer's rollout correction computed (veRL's ``rollout_is_weights``). Each token's
+            policy loss is multiplied by its weight, a constant (no gradient), exactly where veRL's
+            built-in losses multiply ``pg_losses``; masks, clip metrics and denominators ignore it.
         rewards: ``[B]`` scalar outcome reward of each response.
         group_ids: ``[B]`` integer id of the prompt each response answers (its GRPO group).
     """
@@ -50,6 +54,7 @@ class TokenBatch:
     entropy: torch.Tensor | None = None
     rollout_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
     group_ids: torch.Tensor | None = None
 
@@ -96,12 +101,14 @@ class TokenBatch:
                     raise BatchError(f"TokenBatch.{name} must be [B, T] = {[B, T]}, got {list(value.shape)}")
                 if not value.is_floating_point():
                     raise BatchError(f"TokenBatch.{name} must be floating point, got {value.dtype}")
-        adv = self.advantages
-        if adv is not None:
-            if tuple(adv.shape) not in ((B,), (B, T)):
-                raise BatchError(f"TokenBatch.advantages must be [B] or [B, T] with B={B}, T={T}, got {list(adv.shape)}")
-            if not adv.is_floating_point():
-                raise BatchError(f"TokenBatch.advantages must be floating point, got {adv.dtype}")
+        for name in ("advantages", "is_weights"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if tuple(value.shape) not in ((B,), (B, T)):
+                raise BatchError(f"TokenBatch.{name} must be [B] or [B, T] with B={B}, T={T}, got {list(value.shape)}")
+            if not value.is_floating_point():
+                raise BatchError(f"TokenBatch.{name} must be floating point, got {value.dtype}")
         if self.rewards is not None:
             if tuple(self.rewards.shape) != (B,):
                 raise BatchError(f"TokenBatch.rewards must be [B] = [{B}], got {list(self.rewards.shape)}")

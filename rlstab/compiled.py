@@ -86,6 +86,10 @@ class CompiledObjective:
     def __repr__(self) -> str:
         return f"CompiledObjective({self.objective.name or 'custom'})"
 
+    def readers(self, field: str) -> list[str]:
+        """The components that read ``TokenBatch.<field>`` (``["masks[0] (s2t)"]``), so adapters can say who needs what."""
+        return [who for who, name in self._reads if name == field]
+
     # ------------------------------------------------------------------ inputs
 
     def _check_reads(self, batch: TokenBatch) -> None:
@@ -110,6 +114,8 @@ class CompiledObjective:
         if batch.old_logprobs is not None:
             names.append("old_logprobs")
         names.append("advantages" if batch.advantages is not None else "rewards")
+        if batch.is_weights is not None:
+            names.append("is_weights")
         read = {f for _, f in self._reads} - {"advantages"}
         if batch.entropy is not None:
             read.add("entropy")  # reported as entropy/mean even when no component reads it
@@ -240,6 +246,9 @@ class CompiledObjective:
         agg = obj.aggregation
         row_tokens = (kept if agg.count == "kept" else t.valid).sum(-1)
         weight = kept * agg.scale(counts, row_tokens)
+        if batch.is_weights is not None:
+            w = batch.is_weights.detach().to(torch.float32)
+            weight = weight * (w.unsqueeze(-1) if w.dim() == 1 else w)
         result = obj.surrogate.evaluate(t, weight)
         loss = result.loss
         if batch.logprobs.requires_grad:

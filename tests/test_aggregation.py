@@ -34,6 +34,9 @@ def loss(aggregation, silence=False):
         ({"kind": "token-mean", "count": "valid"}, False, -15 / 5),
         ({"kind": "token-mean", "count": "valid"}, True, -12 / 5),
         ({"kind": "token-mean", "count": "kept"}, True, -12 / 4),
+        # no denominator: -1 - 2 - 3 - 4 - 5 = -15; silenced: -15 + 3 = -12
+        ({"kind": "token-sum", "count": "valid"}, False, -15.0),
+        ({"kind": "token-sum", "count": "kept"}, True, -12.0),
         # row means -2 and -4.5
         ({"kind": "seq-mean-token-mean", "count": "valid"}, False, (-2 - 4.5) / 2),
         # kept: row 0 (-1 - 2) / 2 kept = -1.5; valid: (-1 - 2) / 3 valid = -1
@@ -64,3 +67,18 @@ def test_sequences_without_counted_tokens_leave_the_sequence_count():
 def test_aggregation_must_say_what_it_counts():
     with pytest.raises(rlstab.ConfigError, match=r"aggregation\.count: required"):
         rlstab.load({"aggregation": {"kind": "token-mean"}})
+
+
+def test_is_weights_multiply_each_tokens_loss():
+    # token-mean over valid tokens of -A * w: row 0 w = 1 0.5 2 -> -1 -1 -6; row 1 per-row w = 3 -> -12 -15.
+    # (-1 - 1 - 6 - 12 - 15) / 5 = -7; d loss / d logp = -A w / 5 (r = 1).
+    logprobs = torch.full((2, 3), math.log(0.5)).requires_grad_()
+    weights = torch.tensor([[1.0, 0.5, 2.0], [3.0, 3.0, 3.0]])
+    objective = rlstab.load({"surrogate": {"kind": "none"}, "aggregation": {"kind": "token-mean", "count": "valid"}})
+    out = objective.compile()(rlstab.TokenBatch(logprobs=logprobs, advantages=A, response_mask=MASK, is_weights=weights))
+    assert out.loss.item() == pytest.approx(-7.0)
+    out.loss.backward()
+    assert torch.allclose(logprobs.grad, -A * weights * MASK / 5)
+    per_row = rlstab.TokenBatch(logprobs=logprobs.detach(), advantages=A, response_mask=MASK, is_weights=torch.tensor([1.0, 3.0]))
+    # row 0 weight 1: -6; row 1: -27 -> -33 / 5
+    assert objective.compile()(per_row).loss.item() == pytest.approx(-33 / 5)

@@ -1,0 +1,119 @@
+"""``RlstabPolicyLossConfig``: the objective chosen in verl's Hydra config.
+
+verl rejects unknown keys under ``actor_rollout_ref.actor.policy_loss`` unless
+``policy_loss._target_`` names a subclass of ``verl.workers.config.PolicyLossConfig`` that
+declares them. This is that subclass. It is instantiated when verl builds its ``ActorConfig``
+(in the driver's ``validate_config``, before any worker starts, and again in each worker), and
+it loads and validates the objective right there, so a misspelt field fails the run at start-up
+instead of at the first update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from verl.workers.config import PolicyLossConfig
+
+from rlstab.compiled import CompiledObjective
+from rlstab.errors import ConfigError
+from rlstab.loading import load
+from rlstab.objective import Objective
+from rlstab.regularisers import EntropyBonus, KLPenalty
+
+CONFIG_PATH = "actor_rollout_ref.actor.policy_loss"
+
+# What verl's loss path cannot give a registered policy loss, and what to use instead.
+_UNSUPPORTED_REGULARISERS = {
+    EntropyBonus: "veRL adds the entropy bonus itself, with gradient: set actor_rollout_ref.actor.entropy_coeff",
+    KLPenalty: (
+        "veRL adds the KL loss itself: set actor_rollout_ref.actor.use_kl_loss=True, "
+        "actor_rollout_ref.actor.kl_loss_coef and actor_rollout_ref.actor.kl_loss_type"
+    ),
+}
+_UNAVAILABLE_FIELDS = {
+    "rollout_logprobs": "veRL applies its rollout correction in the driver (algorithm.rollout_correction) and "
+    "passes the resulting rollout_is_weights, which rlstab applies",
+    "ref_logprobs": "veRL's ppo_loss does not pass reference log-probabilities to a policy loss",
+}
+
+
+@dataclass
+class RlstabPolicyLossConfig(PolicyLossConfig):
+    """verl's ``policy_loss`` section for ``loss_mode=rlstab``.
+
+    Args:
+        loss_mode: must be ``rlstab``.
+        objective: a preset name (``rlstab presets``) or the path of an objective YAML file. A
+            path must be readable on every node, because each Ray worker builds its own config.
+        overrides: fields merged over the objective, as an ``extends:`` file would
+            (``{surrogate: {eps_high: 0.3}}``). With ``objective`` null, the whole objective.
+    """
+
+    loss_mode: str = "rlstab"
+    objective: Optional[str] = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.loss_mode != "rlstab":
+            raise ValueError(
+                f"{CONFIG_PATH}.loss_mode = {self.loss_mode!r}, but {CONFIG_PATH}._target_ selects rlstab's "
+                f"config: set {CONFIG_PATH}.loss_mode=rlstab"
+            )
+        self._rlstab_objective = build_objective(self.objective, self.overrides)
+        self._rlstab_compiled = None
+
+    @property
+    def rlstab_objective(self) -> Objective:
+        """The validated objective."""
+        return self._rlstab_objective
+
+    @property
+    def rlstab_compiled(self) -> CompiledObjective:
+        """The compiled loss, built once per process."""
+        if self._rlstab_compiled is None:
+            object.__setattr__(self, "_rlstab_compiled", self._rlstab_objective.compile())
+        return self._rlstab_compiled
+
+
+
+def build_objective(objective: str | None, overrides: Any) -> Objective:
+    """Load ``objective`` with ``overrides`` merged over it; errors name the verl config path."""
+    overrides = _plain(overrides) or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(CONFIG_PATH, [f"overrides = {overrides!r}: must be a mapping of objective fields"])
+    if objective is None and not overrides:
+        raise ConfigError(
+            CONFIG_PATH, ["objective: required (a preset name or an objective YAML path); or give the whole objective as overrides"]
+        )
+    data = dict(overrides) if objective is None else {"extends": objective, **overrides}
+    label = f"{CONFIG_PATH} (objective={objective!r}" + (", with overrides)" if overrides else ")")
+    try:
+        loaded = load(data)
+    except ConfigError as err:
+        source = label if err.source == "<dict>" else f"{label} -> {err.source}"
+        raise ConfigError(source, err.problems) from None
+    problems = []
+    for i, reg in enumerate(loaded.regularisers):
+        for kind, advice in _UNSUPPORTED_REGULARISERS.items():
+            if isinstance(reg, kind):
+                problems.append(f"regularisers[{i}] ({reg.kind}): not available in veRL; {advice}")
+    compiled = loaded.compile()
+    for name, advice in _UNAVAILABLE_FIELDS.items():
+        for who in compiled.readers(name):
+            if not who.startswith("regularisers"):  # reported above
+                problems.append(f"{who} reads TokenBatch.{name}: {advice}")
+    if problems:
+        raise ConfigError(label, problems)
+    return loaded
+
+
+def _plain(value: Any) -> Any:
+    """Hydra may hand over OmegaConf containers; the objective loader takes plain data."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover - verl depends on omegaconf
+        return value
+    if isinstance(value, DictConfig | ListConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return value

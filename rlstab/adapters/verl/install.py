@@ -1,0 +1,47 @@
+"""Hooking rlstab into verl: the loss registration, the ``ppo_loss`` wrapper and the start-up check.
+
+Idempotent: importing the adapter twice, or ``import verl`` after an explicit import, installs
+everything once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+
+import verl
+from verl.trainer.ppo.core_algos import register_policy_loss
+from verl.workers.config import ActorConfig
+
+from rlstab.adapters.verl import model_output, startup
+from rlstab.adapters.verl.loss import rlstab_policy_loss
+
+SUPPORTED_VERL = (">=0.9.0", "<0.10")
+"""verl versions whose loss path (``ppo_loss``, ``global_batch_info``, the ``verl.plugins`` group) this adapter is tested against."""
+
+LOSS_MODE = "rlstab"
+
+_log = logging.getLogger(__name__)
+
+
+def _supported(version: str) -> bool:
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) == (0, 9)
+
+
+def install() -> None:
+    """Register ``loss_mode=rlstab``, wrap ``ppo_loss`` and add the ``ActorConfig`` start-up check."""
+    if not _supported(verl.__version__):
+        warnings.warn(
+            f"rlstab's veRL adapter is tested with verl {','.join(SUPPORTED_VERL)}; this is verl {verl.__version__}",
+            stacklevel=2,
+        )
+    register_policy_loss(LOSS_MODE)(rlstab_policy_loss)
+    model_output.wrap_ppo_loss(sys.modules)
+    startup.add_check(ActorConfig)
+    _log.debug("rlstab: policy loss %r registered in verl %s", LOSS_MODE, verl.__version__)

@@ -1,0 +1,136 @@
+"""The policy loss registered in verl as ``rlstab``.
+
+verl calls it once per micro-batch, from ``ppo_loss``, with keywords::
+
+    fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights)
+
+It maps verl's tensors onto a [`TokenBatch`][rlstab.TokenBatch] (the only place verl's names
+appear), turns verl's ``config.global_batch_info`` into the step's denominators, runs the
+compiled objective and returns ``(loss, metrics)`` with verl's metric names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig
+from rlstab.adapters.verl.model_output import current_entropy
+from rlstab.aggregation import StepCounts
+from rlstab.batch import TokenBatch
+from rlstab.compiled import CompiledObjective, StepStats
+
+
+def rlstab_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config=None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's policy-loss signature over an rlstab objective (``config.policy_loss.objective``).
+
+    ``loss_agg_mode`` is not used: the objective's own ``aggregation`` decides the policy term
+    (verl still uses ``loss_agg_mode`` for its entropy bonus and KL loss). ``rollout_is_weights``
+    multiply each token's policy loss, as in verl's built-in losses.
+    """
+    compiled = _compiled(config)
+    entropy = current_entropy()
+    if entropy is None and compiled.readers("entropy"):
+        raise ValueError(
+            f"{', '.join(compiled.readers('entropy'))} of objective {compiled.objective.name or 'custom'!r} reads the "
+            "per-token entropy, but the model output has none: set actor_rollout_ref.actor.calculate_entropy=True"
+        )
+    batch = TokenBatch(
+        logprobs=log_prob,
+        response_mask=response_mask,
+        old_logprobs=old_log_prob,
+        advantages=advantages,
+        entropy=entropy,
+        is_weights=rollout_is_weights,
+    )
+    info = config.global_batch_info or {}
+    step = step_stats(compiled, batch, info) if _is_global(info) else None
+    out = compiled(batch, step=step)
+    return out.loss, verl_metrics(out.metrics)
+
+
+def _compiled(config) -> CompiledObjective:
+    policy_loss = None if config is None else config.get("policy_loss")
+    if not isinstance(policy_loss, RlstabPolicyLossConfig):
+        raise ValueError(
+            f"loss_mode=rlstab needs {CONFIG_PATH}._target_=rlstab.adapters.verl.RlstabPolicyLossConfig "
+            f"and {CONFIG_PATH}.objective=<preset or YAML path>; got {type(policy_loss).__name__}"
+        )
+    return policy_loss.rlstab_compiled
+
+
+def _is_global(info: dict) -> bool:
+    """Whether verl gave step-wide denominators (otherwise the micro-batch is its own step, as in verl)."""
+    return (info.get("dp_size") or 1) > 1 or any(
+        info.get(k) is not None for k in ("batch_num_tokens", "global_batch_size", "loss_scale_factor")
+    )
+
+
+def step_stats(compiled: CompiledObjective, batch: TokenBatch, info: dict) -> StepStats:
+    """The step statistics of one verl micro-batch, with verl's global denominators.
+
+    Exact over the step (every micro-batch of the mini-batch, every data-parallel rank), because
+    verl all-reduces them before the first micro-batch: the valid-token count
+    (``batch_num_tokens``), the number of responses (``global_batch_size``), ``dp_size`` and
+    ``loss_scale_factor``. Per micro-batch, because verl runs forward, loss and backward one
+    micro-batch at a time and the current policy's entropy does not exist before its forward:
+    mask thresholds (entropy quantiles) and the share of kept tokens, so a ``count: kept``
+    denominator is the global valid count times this micro-batch's kept fraction.
+    """
+    local = compiled.gather([batch], distributed=False)
+    c = local.counts
+    dp_size = int(info.get("dp_size") or 1)
+    tokens = _number(info.get("batch_num_tokens"))
+    sequences = _number(info.get("global_batch_size"))
+    if dp_size > 1 and (tokens is None or sequences is None):
+        raise ValueError(
+            "dp_size > 1 needs the global batch_num_tokens and global_batch_size in config.global_batch_info "
+            "(verl's ppo_loss sets them)"
+        )
+    tokens_valid = c.tokens_valid if tokens is None else tokens
+    sequences_valid = c.sequences_valid if sequences is None else sequences
+    scale_factor = info.get("loss_scale_factor")
+    counts = StepCounts(
+        tokens_valid=tokens_valid,
+        tokens_kept=_share(tokens_valid, c.tokens_kept, c.tokens_valid),
+        sequences_valid=sequences_valid,
+        sequences_kept=_share(sequences_valid, c.sequences_kept, c.sequences_valid),
+        max_length=batch.shape[1] if scale_factor is None else int(scale_factor),
+        world_size=dp_size,
+    )
+    return replace(local, counts=counts)
+
+
+def _number(value) -> float | None:
+    if value is None:
+        return None
+    return float(value.item() if isinstance(value, torch.Tensor) else value)
+
+
+def _share(total: float, part: float, whole: float) -> float:
+    return total * part / whole if whole > 0 else 0.0
+
+
+def verl_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """verl's standard policy metrics, then every rlstab metric under ``actor/rlstab/``.
+
+    ``actor/pg_clipfrac``: tokens clipped by the PPO range (either side); ``actor/pg_clipfrac_lower``:
+    negative-advantage tokens bounded by dual-clip; ``actor/ppo_kl``: mean of -log r. verl averages
+    these over micro-batches and ranks, so counts under ``actor/rlstab/`` are per micro-batch.
+    """
+    out = {
+        "actor/pg_clipfrac": metrics.get("clip/high_fraction", 0.0) + metrics.get("clip/low_fraction", 0.0),
+        "actor/ppo_kl": metrics["approx_kl"],
+        "actor/pg_clipfrac_lower": metrics.get("clip/dual_fraction", 0.0),
+    }
+    out.update({f"actor/rlstab/{name}": value for name, value in metrics.items() if name != "loss"})
+    return out

@@ -1,0 +1,69 @@
+"""Let a registered policy loss see the model output (for the per-token entropy).
+
+verl 0.9's ``ppo_loss(config, model_output, data, dp_group)`` holds the entropy the engine
+computed (``model_output["entropy"]``, present when ``actor.calculate_entropy`` is on) but calls
+the registered policy loss with log-probs, advantages and masks only. The narrowest fix is to
+wrap ``ppo_loss`` so that, while it runs, the model output and the micro-batch are visible to the
+rlstab loss through a context variable; ``ppo_loss`` itself runs unchanged.
+
+Modules that bound ``ppo_loss`` by ``from ... import ppo_loss`` before the wrap are patched too;
+modules imported later bind the wrapped function.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextvars import ContextVar
+
+import torch
+
+_CURRENT: ContextVar[tuple | None] = ContextVar("rlstab_verl_model_output", default=None)
+
+# Modules of verl 0.9.1 that call ``ppo_loss`` by a name bound at import time.
+_CALLERS = ("verl.workers.utils.losses", "verl.workers.engine_workers", "verl.trainer.distillation.losses")
+
+
+def wrap_ppo_loss(modules: dict) -> None:
+    """Replace ``ppo_loss`` in verl's loss module and in every already-imported caller."""
+    import verl.workers.utils.losses as losses
+
+    original = losses.ppo_loss
+    if getattr(original, "__rlstab_wrapped__", False):
+        return
+    wrapped = _with_model_output(original)
+    for name in _CALLERS:
+        module = modules.get(name)
+        if module is not None and getattr(module, "ppo_loss", None) is original:
+            module.ppo_loss = wrapped
+
+
+def _with_model_output(ppo_loss):
+    @functools.wraps(ppo_loss)
+    def ppo_loss_with_model_output(*args, **kwargs):
+        model_output = kwargs.get("model_output", args[1] if len(args) > 1 else None)
+        data = kwargs.get("data", args[2] if len(args) > 2 else None)
+        token = _CURRENT.set((model_output, data))
+        try:
+            return ppo_loss(*args, **kwargs)
+        finally:
+            _CURRENT.reset(token)
+
+    ppo_loss_with_model_output.__rlstab_wrapped__ = True
+    return ppo_loss_with_model_output
+
+
+def current_entropy() -> torch.Tensor | None:
+    """The running micro-batch's per-token entropy as ``[B, T]`` (padded like the log-probs), detached.
+
+    None when the loss was not called from ``ppo_loss`` or the engine computed no entropy.
+    """
+    current = _CURRENT.get()
+    if current is None:
+        return None
+    model_output, data = current
+    entropy = model_output.get("entropy") if model_output is not None else None
+    if entropy is None:
+        return None
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    return no_padding_2_padding(entropy.detach(), data)
