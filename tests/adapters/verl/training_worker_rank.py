@@ -163,7 +163,10 @@ def save_tiny_llama(path: str) -> None:
     """Write a randomly initialised 2-layer Llama and a word-level tokenizer to ``path``.
 
     ``HFModelConfig`` loads config, tokenizer and generation config from a local path, and the FSDP
-    engine calls ``from_pretrained`` on it; nothing here touches the hub.
+    engine calls ``from_pretrained`` on it; nothing here touches the hub. ``initializer_range=0.3``
+    (not 0.02) makes the next-token distributions peaked: about a third of uniformly drawn tokens
+    get probability below STAPO's 0.002 and the entropies spread out, so STAPO's S2T mask has
+    tokens to silence.
     """
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -187,6 +190,7 @@ def save_tiny_llama(path: str) -> None:
         num_key_value_heads=2,
         max_position_embeddings=64,
         tie_word_embeddings=False,
+        initializer_range=0.3,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
