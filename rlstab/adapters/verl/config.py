@@ -23,6 +23,7 @@ from rlstab.presets import preset_names
 from rlstab.regularisers import EntropyBonus, KLPenalty
 
 CONFIG_PATH = "actor_rollout_ref.actor.policy_loss"
+STEP_STATISTICS = ("local", "data_parallel")
 
 # What verl's loss path cannot give a registered policy loss, and what to use instead.
 _UNSUPPORTED_REGULARISERS = {
@@ -49,17 +50,26 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
             path must be readable on every node, because each Ray worker builds its own config.
         overrides: fields merged over the objective, as an ``extends:`` file would
             (``{surrogate: {eps_high: 0.3}}``). With ``objective`` null, the whole objective.
+        step_statistics: where mask thresholds and kept-token shares are computed. ``local``
+            (default): on each micro-batch of each rank, no communication. ``data_parallel``: on the micro-batches of the same index on
+            every data-parallel rank together (all-reduces per micro-batch; relies on verl giving
+            every rank the same number of micro-batches, which its fsdp engine does).
     """
 
     loss_mode: str = "rlstab"
     objective: Optional[str] = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    step_statistics: str = "local"
 
     def __post_init__(self):
         if self.loss_mode != "rlstab":
             raise ValueError(
                 f"{CONFIG_PATH}.loss_mode = {self.loss_mode!r}, but {CONFIG_PATH}._target_ selects rlstab's "
                 f"config: set {CONFIG_PATH}.loss_mode=rlstab"
+            )
+        if self.step_statistics not in STEP_STATISTICS:
+            raise ValueError(
+                f"{CONFIG_PATH}.step_statistics = {self.step_statistics!r}: allowed {', '.join(STEP_STATISTICS)}"
             )
         self._rlstab_objective = build_objective(self.objective, self.overrides)
         self._rlstab_compiled = None

@@ -16,7 +16,7 @@ from dataclasses import replace
 import torch
 
 from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig
-from rlstab.adapters.verl.model_output import current_entropy
+from rlstab.adapters.verl.model_output import current_dp_group, current_entropy
 from rlstab.aggregation import StepCounts
 from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective, StepStats
@@ -37,7 +37,8 @@ def rlstab_policy_loss(
     (verl still uses ``loss_agg_mode`` for its entropy bonus and KL loss). ``rollout_is_weights``
     multiply each token's policy loss, as in verl's built-in losses.
     """
-    compiled = _compiled(config)
+    policy_loss = _policy_loss(config)
+    compiled = policy_loss.rlstab_compiled
     entropy = current_entropy()
     if entropy is None and compiled.readers("entropy"):
         raise ValueError(
@@ -53,19 +54,21 @@ def rlstab_policy_loss(
         is_weights=rollout_is_weights,
     )
     info = config.global_batch_info or {}
-    step = step_stats(compiled, batch, info) if _is_global(info) else None
+    across_ranks = policy_loss.step_statistics == "data_parallel" and (info.get("dp_size") or 1) > 1
+    group = current_dp_group() if across_ranks else None
+    step = step_stats(compiled, batch, info, across_ranks, group) if _is_global(info) else None
     out = compiled(batch, step=step)
     return out.loss, verl_metrics(out.metrics)
 
 
-def _compiled(config) -> CompiledObjective:
+def _policy_loss(config) -> RlstabPolicyLossConfig:
     policy_loss = None if config is None else config.get("policy_loss")
     if not isinstance(policy_loss, RlstabPolicyLossConfig):
         raise ValueError(
             f"loss_mode=rlstab needs {CONFIG_PATH}._target_=rlstab.adapters.verl.RlstabPolicyLossConfig "
             f"and {CONFIG_PATH}.objective=<preset or YAML path>; got {type(policy_loss).__name__}"
         )
-    return policy_loss.rlstab_compiled
+    return policy_loss
 
 
 def _is_global(info: dict) -> bool:
@@ -75,7 +78,9 @@ def _is_global(info: dict) -> bool:
     )
 
 
-def step_stats(compiled: CompiledObjective, batch: TokenBatch, info: dict) -> StepStats:
+def step_stats(
+    compiled: CompiledObjective, batch: TokenBatch, info: dict, across_ranks: bool = False, group=None
+) -> StepStats:
     """The step statistics of one verl micro-batch, with verl's global denominators.
 
     Exact over the step (every micro-batch of the mini-batch, every data-parallel rank), because
@@ -85,8 +90,10 @@ def step_stats(compiled: CompiledObjective, batch: TokenBatch, info: dict) -> St
     micro-batch at a time and the current policy's entropy does not exist before its forward:
     mask thresholds (entropy quantiles) and the share of kept tokens, so a ``count: kept``
     denominator is the global valid count times this micro-batch's kept fraction.
+    ``across_ranks``: thresholds and kept fraction over this micro-batch on every rank of
+    ``group`` (a collective call).
     """
-    local = compiled.gather([batch], distributed=False)
+    local = compiled.gather([batch], group=group, distributed=across_ranks)
     c = local.counts
     dp_size = int(info.get("dp_size") or 1)
     tokens = _number(info.get("batch_num_tokens"))

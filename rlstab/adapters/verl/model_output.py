@@ -1,4 +1,4 @@
-"""Let a registered policy loss see the model output (for the per-token entropy).
+"""Let a registered policy loss see the model output (for the per-token entropy) and the data-parallel group.
 
 verl 0.9's ``ppo_loss(config, model_output, data, dp_group)`` holds the entropy the engine
 computed (``model_output["entropy"]``, present when ``actor.calculate_entropy`` is on) but calls
@@ -42,7 +42,8 @@ def _with_model_output(ppo_loss):
     def ppo_loss_with_model_output(*args, **kwargs):
         model_output = kwargs.get("model_output", args[1] if len(args) > 1 else None)
         data = kwargs.get("data", args[2] if len(args) > 2 else None)
-        token = _CURRENT.set((model_output, data))
+        dp_group = kwargs.get("dp_group", args[3] if len(args) > 3 else None)
+        token = _CURRENT.set((model_output, data, dp_group))
         try:
             return ppo_loss(*args, **kwargs)
         finally:
@@ -60,10 +61,16 @@ def current_entropy() -> torch.Tensor | None:
     current = _CURRENT.get()
     if current is None:
         return None
-    model_output, data = current
+    model_output, data, _ = current
     entropy = model_output.get("entropy") if model_output is not None else None
     if entropy is None:
         return None
     from verl.workers.utils.padding import no_padding_2_padding
 
     return no_padding_2_padding(entropy.detach(), data)
+
+
+def current_dp_group():
+    """The data-parallel process group ``ppo_loss`` was called with (None outside ``ppo_loss``)."""
+    current = _CURRENT.get()
+    return None if current is None else current[2]

@@ -95,3 +95,10 @@ def test_unknown_preset():
 def test_whole_objective_inline_without_a_preset():
     config = actor(*SELECT[:2], f"+{ACTOR}.policy_loss.overrides={{aggregation:{{kind:token-mean,count:valid}}}}")
     assert config.policy_loss.rlstab_objective.aggregation.kind == "token-mean"
+
+
+def test_step_statistics_is_checked():
+    with pytest.raises(Exception, match=r"policy_loss\.step_statistics = 'global': allowed local, data_parallel"):
+        actor(*SELECT, f"{ACTOR}.calculate_entropy=True", f"+{ACTOR}.policy_loss.step_statistics=global")
+    config = actor(*SELECT, f"{ACTOR}.calculate_entropy=True", f"+{ACTOR}.policy_loss.step_statistics=data_parallel")
+    assert config.policy_loss.step_statistics == "data_parallel"

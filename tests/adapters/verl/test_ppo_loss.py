@@ -8,54 +8,10 @@ returns it, and check that S2T's mask follows the entropy it was given.
 
 import pytest
 import torch
-from tensordict import TensorDict
-from verl.utils import tensordict_utils as tu
 from verl.workers.utils import losses
-from verl.workers.utils.padding import left_right_2_no_padding
 
 import rlstab
-from verl_batches import actor_config
-
-P = 3  # prompt columns (left padded)
-
-
-def micro_batch(logprobs, entropy, advantages, response_lengths, prompt_lengths):
-    """(model_output, data) for ppo_loss; logprobs/entropy/advantages are [B, T] response values."""
-    B, T = logprobs.shape
-    response_mask = torch.arange(T) < torch.tensor(response_lengths).unsqueeze(-1)
-    prompt_mask = torch.arange(P) >= P - torch.tensor(prompt_lengths).unsqueeze(-1)
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1).long()
-    input_ids = torch.randint(3, 50, (B, P + T)) * attention_mask
-    data = TensorDict(
-        {
-            "prompts": input_ids[:, :P],
-            "responses": input_ids[:, P:],
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
-            "response_mask": response_mask.long(),
-            "old_log_probs": logprobs.detach().clone(),
-            "advantages": advantages,
-        },
-        batch_size=[B],
-    )
-    data = left_right_2_no_padding(data)
-    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(response_mask.sum()), global_batch_size=B)
-
-    # The engine's outputs: one value per token of prompt + response, shifted left by one
-    # (position p - 1 + t predicts response token t).
-    def nested(values):
-        rows = []
-        for i in range(B):
-            row = torch.zeros(prompt_lengths[i] + response_lengths[i])
-            row[prompt_lengths[i] - 1 : prompt_lengths[i] - 1 + response_lengths[i]] = values[i, : response_lengths[i]]
-            rows.append(row)
-        return torch.nested.nested_tensor_from_jagged(torch.cat(rows), offsets=data["input_ids"].offsets())
-
-    leaf = logprobs.detach().clone().requires_grad_()
-    model_output = {"log_probs": nested(leaf), "entropy": nested(entropy)}
-    return model_output, data, leaf, response_mask
-
+from verl_batches import actor_config, micro_batch
 
 def inputs():
     # Row 0: positive advantage; its token 1 has p = 0.001 < tau_p 0.002 -> silenced by S2T iff its

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import torch
+from tensordict import TensorDict
+from verl.utils import tensordict_utils as tu
 from verl.workers.config import ActorConfig
+from verl.workers.utils.padding import left_right_2_no_padding
 
 from rlstab.adapters.verl import RlstabPolicyLossConfig
 
@@ -43,3 +46,52 @@ def random_verl_batch(seed: int, B: int = 6, T: int = 11) -> dict[str, torch.Ten
         "response_mask": response_mask,
         "rollout_is_weights": torch.rand(B, T, generator=g) * 2.0,
     }
+
+
+P = 3  # prompt columns (left padded)
+
+
+def micro_batch(logprobs, entropy, advantages, response_lengths, prompt_lengths, dp_size=1, batch_num_tokens=None, global_batch_size=None):
+    """(model_output, data, logprob leaf, response mask) for verl's ppo_loss, built as verl's trainer builds them.
+
+    logprobs/entropy/advantages are [B, T] response values; the global batch info defaults to this micro-batch's.
+    """
+    B, T = logprobs.shape
+    response_mask = torch.arange(T) < torch.tensor(response_lengths).unsqueeze(-1)
+    prompt_mask = torch.arange(P) >= P - torch.tensor(prompt_lengths).unsqueeze(-1)
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1).long()
+    input_ids = torch.randint(3, 50, (B, P + T)) * attention_mask
+    data = TensorDict(
+        {
+            "prompts": input_ids[:, :P],
+            "responses": input_ids[:, P:],
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+            "response_mask": response_mask.long(),
+            "old_log_probs": logprobs.detach().clone(),
+            "advantages": advantages,
+        },
+        batch_size=[B],
+    )
+    data = left_right_2_no_padding(data)
+    tu.assign_non_tensor(
+        data,
+        dp_size=dp_size,
+        batch_num_tokens=int(response_mask.sum()) if batch_num_tokens is None else batch_num_tokens,
+        global_batch_size=B if global_batch_size is None else global_batch_size,
+    )
+
+    # The engine's outputs: one value per token of prompt + response, shifted left by one
+    # (position p - 1 + t predicts response token t).
+    def nested(values):
+        rows = []
+        for i in range(B):
+            row = torch.zeros(prompt_lengths[i] + response_lengths[i])
+            row[prompt_lengths[i] - 1 : prompt_lengths[i] - 1 + response_lengths[i]] = values[i, : response_lengths[i]]
+            rows.append(row)
+        return torch.nested.nested_tensor_from_jagged(torch.cat(rows), offsets=data["input_ids"].offsets())
+
+    leaf = logprobs.detach().clone().requires_grad_()
+    model_output = {"log_probs": nested(leaf), "entropy": nested(entropy)}
+    return model_output, data, leaf, response_mask
