@@ -11,7 +11,7 @@ instead of at the first update.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from verl.workers.config import PolicyLossConfig
 
@@ -57,7 +57,7 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
     """
 
     loss_mode: str = "rlstab"
-    objective: Optional[str] = None
+    objective: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     step_statistics: str = "local"
 

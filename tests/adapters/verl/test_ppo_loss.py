@@ -11,7 +11,9 @@ import torch
 from verl.workers.utils import losses
 
 import rlstab
+
 from verl_batches import actor_config, micro_batch
+
 
 def inputs():
     # Row 0: positive advantage; its token 1 has p = 0.001 < tau_p 0.002 -> silenced by S2T iff its

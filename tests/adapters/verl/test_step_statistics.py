@@ -9,6 +9,7 @@ import torch
 import torch.multiprocessing as mp
 
 import rlstab
+
 import verl_statistics_rank
 
 

@@ -1,28 +1,30 @@
 """A real veRL 0.9.1 actor update on CPU: ``TrainingWorker``, the fsdp2 engine and ``ppo_loss``.
 
-The other adapter tests call ``ppo_loss`` with hand-made model outputs. Here the whole update path
-of veRL's trainer runs: Hydra composes ``ppo_trainer.yaml``, the actor's ``TrainingWorkerConfig`` is
+The other adapter tests call ``ppo_loss`` with hand-made model outputs. Here veRL's whole actor
+update path runs: Hydra composes veRL's ``ppo_trainer.yaml``, the actor's ``TrainingWorkerConfig`` is
 built as ``ActorRolloutRefWorker.init_model`` builds it, the batch goes through
 ``RayPPOTrainer._update_actor``'s conversion, and ``TrainingWorker.train_mini_batch`` (what the Ray
-``update_actor`` call ends in) trains a tiny Llama sharded by FSDP2 over gloo ranks. Only the Ray
-layer is left out: each rank is a spawned process that builds its own worker.
+``update_actor`` call ends in) trains a tiny Llama, sharded by FSDP2 over gloo ranks, with the loss
+the engine computes from its own forward. Only Ray is left out: each rank is a spawned process that
+builds its own worker.
 
 veRL has no CPU platform; ``training_worker_rank`` registers one through veRL's platform and engine
-registries (see its docstrings for the one place veRL's own code path is worked around).
+registries. Its docstrings say what on veRL's CPU path needed help and why.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import queue as queue_module
+import socket
 import sys
-import time
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
-sys.path.insert(0, os.path.dirname(__file__))  # spawned ranks import the helper by this path
+sys.path.insert(0, os.path.dirname(__file__))  # spawned ranks import the helper as a top-level module
 
 import training_worker_rank as worker_rank  # noqa: E402
 
@@ -36,82 +38,108 @@ LOSSES = {
     ],
 }
 
-RANK_TIMEOUT_S = 240
+RANK_TIMEOUT_S = 300
 
 
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> str:
-    path = str(tmp_path_factory.mktemp("tiny-llama"))
-    worker_rank.save_tiny_llama(path)
-    return path
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_update(world_size: int, model_path: str, loss: str) -> list[dict]:
     """One actor update on ``world_size`` spawned gloo ranks; each rank's result, by rank."""
-    port = 20000 + (os.getpid() * 7 + world_size * 101 + len(loss)) % 20000
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
+    results = ctx.Queue()
+    port = free_port()
     procs = [
-        ctx.Process(target=worker_rank.run_rank, args=(r, world_size, port, model_path, LOSSES[loss], queue))
+        ctx.Process(
+            target=worker_rank.run_rank, args=(r, world_size, port, model_path, LOSSES[loss], results)
+        )
         for r in range(world_size)
     ]
     for p in procs:
         p.start()
+    outcome = {}
     try:
-        results = dict(queue.get(timeout=RANK_TIMEOUT_S) for _ in procs)
+        while len(outcome) < world_size:
+            rank, value = results.get(timeout=RANK_TIMEOUT_S)
+            if isinstance(value, str):  # a traceback: the other ranks may wait in a collective forever
+                pytest.fail(f"rank {rank} of {world_size} failed:\n{value}")
+            outcome[rank] = torch.load(io.BytesIO(value))
+    except queue_module.Empty:
+        pytest.fail(
+            f"ranks {sorted(set(range(world_size)) - set(outcome))} reported nothing in {RANK_TIMEOUT_S}s"
+        )
     finally:
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    for rank in range(world_size):
-        if isinstance(results[rank], str):
-            pytest.fail(f"rank {rank} failed:\n{results[rank]}")
-    return [torch.load(io.BytesIO(results[r])) for r in range(world_size)]
+    return [outcome[r] for r in range(world_size)]
+
+
+@pytest.fixture(scope="module")
+def update(tmp_path_factory):
+    """``update(world_size, loss)``: the ranks' results of one actor update, run once per module."""
+    model_path = str(tmp_path_factory.mktemp("tiny-llama"))
+    worker_rank.save_tiny_llama(model_path)
+    done = {}
+
+    def get(world_size: int, loss: str) -> list[dict]:
+        if (world_size, loss) not in done:
+            done[world_size, loss] = run_update(world_size, model_path, loss)
+        return done[world_size, loss]
+
+    return get
 
 
 def check_update(result: dict, loss: str) -> None:
-    """Every parameter moved; veRL's metrics are there, and rlstab's for the rlstab loss."""
+    """Every parameter moved; veRL's metrics are there, and rlstab's with the rlstab loss."""
+    assert result["plugin_loaded_by_import_verl"], "rlstab's verl.plugins entry point: reinstall rlstab"
     unchanged = [k for k in result["before"] if torch.equal(result["before"][k], result["after"][k])]
     assert not unchanged, f"parameters not updated: {unchanged}"
     metrics = result["metrics"]
+    steps = worker_rank.BATCH // worker_rank.MINI_BATCH
     for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "grad_norm", "loss"):
         assert key in metrics, f"{key} missing from {sorted(metrics)}"
-        assert len(metrics[key]) == worker_rank.BATCH // worker_rank.MINI_BATCH  # one per optimizer step
+        assert len(metrics[key]) == steps, (key, metrics[key])  # one value per optimizer step
     assert all(g > 0 for g in metrics["grad_norm"])
-    # The old log-probs are the initial model's: the first optimizer step starts at ratio 1. This
-    # holds only if veRL's packed forward (use_remove_padding, sdpa on CPU) keeps sequences apart.
-    assert abs(metrics["actor/ppo_kl"][0]) < 5e-3
+    # The old log-probs are the initial model's, from a plain padded transformers forward: the first
+    # optimizer step starts at ratio 1 (up to bf16 autocast). That holds only if veRL's packed forward
+    # (use_remove_padding, sdpa on CPU) keeps the sequences apart; letting them attend to each other
+    # moves most tokens' log-probs out of the clip range.
+    assert metrics["actor/pg_clipfrac"][0] == 0.0
+    assert abs(metrics["actor/ppo_kl"][0]) < 0.02
     rlstab_keys = [k for k in metrics if k.startswith("actor/rlstab/")]
     if loss == "rlstab":
-        # STAPO's S2T mask reads the entropy, so the loss raises unless the engine's entropy reached it.
+        # STAPO's S2T mask reads the entropy the engine computed (the loss raises without it), and with
+        # the peaked tiny model it silences some positive-advantage, low-probability tokens.
         assert "actor/rlstab/mask/s2t/silenced" in metrics, sorted(metrics)
+        assert sum(metrics["actor/rlstab/mask/s2t/silenced"]) > 0
     else:
-        assert not rlstab_keys
+        assert not rlstab_keys, rlstab_keys
 
 
 @pytest.mark.parametrize("loss", ["vanilla", "rlstab"])
-def test_single_rank_actor_update(model_path, loss):
-    start = time.perf_counter()
-    (result,) = run_update(1, model_path, loss)
+def test_single_rank_actor_update(update, loss):
+    (result,) = update(1, loss)
     check_update(result, loss)
-    print(f"1 rank, {loss}: {time.perf_counter() - start:.1f}s")
 
 
-def test_two_ranks_shard_and_match_one_rank(model_path):
-    """FSDP2 over two gloo ranks, rlstab's STAPO: each rank holds half the model and the update equals one rank's.
+def test_two_ranks_shard_the_model_and_match_one_rank(update):
+    """FSDP2 over two gloo ranks with rlstab's STAPO: each rank holds part of every update, and the
+    update equals one rank's.
 
     Both runs see the same global mini-batches and micro-batches (``worker_rank.rank_rows``); veRL
-    all-reduces the token count the loss divides by, and the gradients.
+    all-reduces the token count that the loss divides by, and FSDP2 reduces the gradients.
     """
-    start = time.perf_counter()
-    ranks = run_update(2, model_path, "rlstab")
-    (single,) = run_update(1, model_path, "rlstab")
+    ranks = update(2, "rlstab")
+    (single,) = update(1, "rlstab")
     total = sum(p.numel() for p in single["before"].values())
     assert sum(r["local_numel"] for r in ranks) == total
-    assert all(r["local_numel"] < total for r in ranks)
+    assert all(0 < r["local_numel"] < total for r in ranks)
     for r in ranks:
         check_update(r, "rlstab")
         for k in single["after"]:
-            torch.testing.assert_close(r["after"][k], single["after"][k], rtol=1e-4, atol=1e-5, msg=k)
-    print(f"2 ranks + 1 rank, rlstab: {time.perf_counter() - start:.1f}s")
+            torch.testing.assert_close(r["after"][k], single["after"][k], rtol=1e-4, atol=1e-6, msg=k)
