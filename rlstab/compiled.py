@@ -18,6 +18,7 @@ multiply (see ``benchmarks/loss_overhead.py``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -40,11 +41,13 @@ class StepStats:
         counts: the denominators (kept and valid tokens and responses, padded length, world size).
         thresholds: one per mask: its threshold (0-d tensor) or None.
         advantage: the fitted estimator state, or None when the batches carried advantages.
+        hooks: one step value per reweighter, then one for the surrogate (``begin_step``'s result).
     """
 
     counts: StepCounts
     thresholds: tuple[torch.Tensor | None, ...]
     advantage: object | None
+    hooks: tuple = ()
 
 
 class _PrecomputedGrad(torch.autograd.Function):
@@ -75,16 +78,41 @@ class CompiledObjective:
         self.masks = list(objective.masks)
         self.mask_labels = _label_components([m.kind for m in self.masks])
         self.regulariser_labels = _label_components([r.kind for r in objective.regularisers])
+        self.reweighters = list(objective.reweighters)
+        self.reweighter_labels = _label_components([w.kind for w in self.reweighters])
+        # Components with step-level behaviour, in StepStats.hooks order, and their state.
+        self._hooked = [(f"reweighters[{i}] ({w.kind})", w) for i, w in enumerate(self.reweighters)]
+        self._hooked.append((f"surrogate ({objective.surrogate.kind})", objective.surrogate))
+        self._states = {label: c.initial_state() for label, c in self._hooked}
         # Regularisers average over every valid token, with the objective's aggregation kind.
         self._regulariser_aggregation = objective.aggregation.model_copy(update={"count": "valid"})
         self._reads: list[tuple[str, str]] = []
         for i, m in enumerate(self.masks):
             self._reads += [(f"masks[{i}] ({m.kind})", f) for f in sorted(m.reads)]
+        for i, w in enumerate(self.reweighters):
+            self._reads += [(f"reweighters[{i}] ({w.kind})", f) for f in sorted(w.reads)]
+        self._reads += [(f"surrogate ({objective.surrogate.kind})", f) for f in sorted(objective.surrogate.reads)]
         for i, r in enumerate(objective.regularisers):
             self._reads += [(f"regularisers[{i}] ({r.kind})", f) for f in sorted(r.reads)]
 
     def __repr__(self) -> str:
         return f"CompiledObjective({self.objective.name or 'custom'})"
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        """The state of stateful components (STARE's controller, BAPO's bounds), for a trainer checkpoint."""
+        return {label: copy.deepcopy(state) for label, state in self._states.items() if state is not None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()``; refuses a state saved from a different objective."""
+        expected = {label for label, s in self._states.items() if s is not None}
+        if set(state) != expected:
+            raise ValueError(
+                f"state of components {sorted(state)} does not fit this objective's stateful components {sorted(expected)}"
+            )
+        for label, value in state.items():
+            self._states[label] = copy.deepcopy(value)
 
     def readers(self, field: str) -> list[str]:
         """The components that read ``TokenBatch.<field>`` (``["masks[0] (s2t)"]``), so adapters can say who needs what."""
@@ -128,7 +156,7 @@ class CompiledObjective:
     # ------------------------------------------------------------------ phase 1
 
     def gather(
-        self, batches: Iterable[TokenBatch], *, group=None, distributed: bool | None = None
+        self, batches: Iterable[TokenBatch], *, group=None, distributed: bool | None = None, update_state: bool = True
     ) -> StepStats:
         """Statistics of a whole step from all its micro-batches (and all ranks).
 
@@ -136,14 +164,17 @@ class CompiledObjective:
         first update of a step they equal the old log-probabilities, which is what trainers have
         before the first forward). ``distributed``: None = reduce over ``group`` whenever
         ``torch.distributed`` is initialised. Every rank must call this collectively.
+        ``update_state``: advance stateful components by one step (call it once per step with
+        True; an adapter that gathers per micro-batch passes False on all but the step's first).
         """
         tokens = [self._tokens(b) for b in batches]
-        stats, _ = self._gather_tokens(tokens, Comm(group, distributed))
+        stats, _ = self._gather_tokens(tokens, Comm(group, distributed), update_state)
         return stats
 
-    def _gather_tokens(self, tokens: list[Tokens], comm: Comm):
+    def _gather_tokens(self, tokens: list[Tokens], comm: Comm, update_state: bool = True):
         """Step statistics, plus each micro-batch's per-mask keeps and kept tokens (reused by the own-step path)."""
         advantage_state = self._set_step_advantages(tokens, comm)
+        hooks = self._begin_step(tokens, comm, update_state)
         thresholds = []
         for mask in self.masks:
             requests = [mask.quantile_request(t) for t in tokens]
@@ -167,7 +198,20 @@ class CompiledObjective:
         totals = comm.sum(local.to(device)).tolist()
         max_length = int(comm.max(torch.tensor(max_length, device=device)))
         counts = StepCounts(*totals, max_length=max_length, world_size=comm.world_size)
-        return StepStats(counts, tuple(thresholds), advantage_state), masked
+        return StepStats(counts, tuple(thresholds), advantage_state, hooks), masked
+
+    def _begin_step(self, tokens: list[Tokens], comm: Comm, update_state: bool) -> tuple:
+        values = []
+        for label, component in self._hooked:
+            parts = [component.step_sums(t) for t in tokens]
+            sums = None
+            if tokens and parts[0] is not None:
+                sums = comm.sum(torch.stack(parts).sum(0))
+            value, state = component.begin_step(sums, self._states[label])
+            if update_state:
+                self._states[label] = state
+            values.append(value)
+        return tuple(values)
 
     def _set_step_advantages(self, tokens: list[Tokens], comm: Comm) -> object | None:
         given = [t.batch.advantages is not None for t in tokens]
@@ -249,7 +293,20 @@ class CompiledObjective:
         if batch.is_weights is not None:
             w = batch.is_weights.detach().to(torch.float32)
             weight = weight * (w.unsqueeze(-1) if w.dim() == 1 else w)
-        result = obj.surrogate.evaluate(t, weight)
+        if len(step.hooks) != len(self._hooked):
+            raise BatchError("these StepStats were not gathered by this objective (their component hooks differ)")
+        n_kept = kept.sum()
+        for label, reweighter, value in zip(self.reweighter_labels, self.reweighters, step.hooks):
+            factor = reweighter.weights(t, value)
+            weight = weight * factor
+            # mean factor over kept tokens (factor may be [B, 1]): sum_i factor_i * kept tokens of i
+            kept_factor = (kept * factor).sum()
+            metric(f"reweight/{label}/mean", kept_factor / n_kept.clamp(min=1.0))
+            for name, v in reweighter.step_metrics(value).items():
+                metric(f"reweight/{label}/{name}", v)
+        for name, v in obj.surrogate.step_metrics(step.hooks[-1]).items():
+            metric(f"surrogate/{name}", v)
+        result = obj.surrogate.evaluate(t, weight, step.hooks[-1])
         loss = result.loss
         if batch.logprobs.requires_grad:
             loss = _PrecomputedGrad.apply(batch.logprobs, result.loss, result.grad)
@@ -262,7 +319,6 @@ class CompiledObjective:
                 loss = loss + reg.coef * value
                 metric(f"loss/{label}", value.detach())
 
-        n_kept = kept.sum()
         metric("tokens/valid", n_valid)
         metric("tokens/kept", n_kept)
         metric("tokens/kept_fraction", n_kept / n_valid_safe)

@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import torch
 from pydantic import BaseModel, ConfigDict
 
 
@@ -26,3 +27,29 @@ class Component(BaseModel):
     def describe(self) -> str:
         """One line: what this component computes, with every parameter."""
         raise NotImplementedError
+
+
+class StepHook:
+    """Optional step-level behaviour of a reweighter or surrogate (STARE's gate, BAPO's bounds).
+
+    Once per step the compiled objective sums ``step_sums`` over every micro-batch and rank, then
+    calls ``begin_step`` with the totals and the component's state (which it keeps, and saves in
+    ``state_dict()``); the returned step value is handed to the component on every micro-batch.
+    Components without step-level behaviour inherit these no-ops.
+    """
+
+    def step_sums(self, t) -> torch.Tensor | None:
+        """A 1-D float64 tensor of sums over this micro-batch's tokens, or None (no step statistics)."""
+        return None
+
+    def initial_state(self) -> dict[str, Any] | None:
+        """The state before the first step (plain floats/ints, so it survives a checkpoint), or None."""
+        return None
+
+    def begin_step(self, sums: torch.Tensor | None, state: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
+        """``(step_value, new_state)`` from the step's totals; called once per step."""
+        return None, state
+
+    def step_metrics(self, step_value: Any) -> dict[str, float]:
+        """Metrics of the step value (e.g. whether a gate is open), without the component prefix."""
+        return {}

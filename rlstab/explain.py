@@ -13,7 +13,7 @@ def explain(objective: Objective) -> str:
     if o.description:
         lines.append(f"  {o.description}")
     lines.append("")
-    term = "M * l(r, A)" if o.masks else "l(r, A)"
+    term = ("M * " if o.masks else "") + ("W * " if o.reweighters else "") + "l(r, A)"
     regs = "".join(f" + {r.coef:g} * Agg_valid(R{i})" for i, r in enumerate(o.regularisers))
     lines.append(f"L = Agg[ {term} ]{regs}")
     lines.append(f"  r   = exp(clamp(logp - old_logp, -{o.log_ratio_clamp:g}, {o.log_ratio_clamp:g}))")
@@ -23,6 +23,10 @@ def explain(objective: Objective) -> str:
         lines.append("  M   = AND of:")
         for i, m in enumerate(o.masks):
             lines.append(f"        masks[{i}] {m.describe()}")
+    if o.reweighters:
+        lines.append("  W   = product of:")
+        for i, w in enumerate(o.reweighters):
+            lines.append(f"        reweighters[{i}] {w.describe()}")
     lines.append(f"  l   = {o.surrogate.describe()}")
     lines.append(f"  Agg = {o.aggregation.describe()}")
     for i, r in enumerate(o.regularisers):

@@ -1,9 +1,9 @@
 """An objective: one point in the space of stability methods, as a validated pydantic model.
 
-    L = Agg_{i,t}[ M_{i,t} * l(r_{i,t}, A_{i,t}) ] + sum_k c_k * Agg(R_k)
+    L = Agg_{i,t}[ M_{i,t} * W_{i,t} * l(r_{i,t}, A_{i,t}) ] + sum_k c_k * Agg(R_k)
 
-A is the advantage (estimator), M the AND of the token masks, l the surrogate, Agg the
-aggregation, R the regularisers. Presets and user YAML files are instances of this model.
+A is the advantage (estimator), M the AND of the token masks, W the product of the
+reweighters' factors, l the surrogate, Agg the aggregation, R the regularisers. Presets and user YAML files are instances of this model.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from rlstab.aggregation import AnyAggregation
 from rlstab.clipping import AnySurrogate, PPOClip
 from rlstab.masks import AnyMask
 from rlstab.regularisers import AnyRegulariser
+from rlstab.reweighters import AnyReweighter
 
 if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective
@@ -36,6 +37,8 @@ class Objective(BaseModel):
     """How advantages are computed when the trainer does not supply them."""
     masks: list[AnyMask] = Field(default_factory=list)
     """Token masks, AND-ed: a token trains only if every mask keeps it."""
+    reweighters: list[AnyReweighter] = Field(default_factory=list)
+    """Positive factors on each token's loss (advantage reweighting, importance corrections); they multiply."""
     surrogate: AnySurrogate = Field(default_factory=PPOClip)
     """The per-token loss l(r, A)."""
     aggregation: AnyAggregation

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rlstab.components import Component
+from typing import Any
+
+from rlstab.components import Component, StepHook
 from rlstab.tokens import Tokens
 
 
@@ -26,11 +28,14 @@ class SurrogateResult:
     counts: dict[str, torch.Tensor]
 
 
-class Surrogate(Component):
+class Surrogate(StepHook, Component):
     """Base class of surrogate / ratio rules (``surrogate:`` in an objective)."""
 
-    def evaluate(self, t: Tokens, weight: torch.Tensor) -> SurrogateResult:
-        """Weighted loss sum, weighted gradient and clip counts for one micro-batch."""
+    def evaluate(self, t: Tokens, weight: torch.Tensor, step: Any = None) -> SurrogateResult:
+        """Weighted loss sum, weighted gradient and clip counts for one micro-batch.
+
+        ``step``: the value of ``begin_step`` for surrogates with step-level behaviour (else None).
+        """
         raise NotImplementedError
 
 

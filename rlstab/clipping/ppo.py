@@ -48,7 +48,7 @@ class PPOClip(Surrogate):
             raise ValueError(f"dual_clip ({self.dual_clip}) must exceed 1 + eps_high ({1.0 + self.eps_high})")
         return self
 
-    def evaluate(self, t: Tokens, weight: torch.Tensor) -> SurrogateResult:
+    def evaluate(self, t: Tokens, weight: torch.Tensor, step=None) -> SurrogateResult:
         r, adv = t.ratio, t.advantage_rows  # adv: [B, 1] (one per response) or [B, T]
         upper, lower = 1.0 + self.eps_high, 1.0 - self.eps_low
         dual = math.inf if self.dual_clip is None else self.dual_clip
@@ -103,7 +103,7 @@ class NoClip(Surrogate):
 
     kind: Literal["none"] = "none"
 
-    def evaluate(self, t: Tokens, weight: torch.Tensor) -> SurrogateResult:
+    def evaluate(self, t: Tokens, weight: torch.Tensor, step=None) -> SurrogateResult:
         wa = weight * t.advantage_rows
         loss = -torch.dot(wa.view(-1), t.ratio.reshape(-1))
         grad = wa.mul_(t.ratio).mul_(unclamped(t)).neg_()
