@@ -9,10 +9,9 @@ where rlstab's speed comes from; tests check every closed form against autograd.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-
-from typing import Any
 
 from rlstab.components import Component, StepHook
 from rlstab.tokens import Tokens
