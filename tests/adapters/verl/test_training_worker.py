@@ -38,6 +38,18 @@ LOSSES = {
     ],
 }
 
+# rlstab's step statistics (S2T's entropy quantile, the kept-token share) over the micro-batches of the
+# same index on all ranks together, instead of per rank's micro-batch.
+DATA_PARALLEL_STATISTICS = ["+actor_rollout_ref.actor.policy_loss.step_statistics=data_parallel"]
+# One rank's micro-batch = both ranks' micro-batches of the same index, for world size 2.
+UNION_MICRO_BATCH = [f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={2 * worker_rank.MICRO_BATCH}"]
+# fp32 compute instead of veRL's default bf16 autocast. Runs whose micro-batches differ in shape
+# differ in bf16 rounding, and two Adam steps at lr 1e-2 grow that to ~1e-2 in the parameters; in
+# fp32 it stays ~1e-5, far below what a different mask gives (~4e-2).
+FP32 = [
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+]
+
 RANK_TIMEOUT_S = 300
 
 
@@ -47,15 +59,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_update(world_size: int, model_path: str, loss: str) -> list[dict]:
+def run_update(world_size: int, model_path: str, overrides: list[str]) -> list[dict]:
     """One actor update on ``world_size`` spawned gloo ranks; each rank's result, by rank."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
     procs = [
-        ctx.Process(
-            target=worker_rank.run_rank, args=(r, world_size, port, model_path, LOSSES[loss], results)
-        )
+        ctx.Process(target=worker_rank.run_rank, args=(r, world_size, port, model_path, overrides, results))
         for r in range(world_size)
     ]
     for p in procs:
@@ -73,7 +83,7 @@ def run_update(world_size: int, model_path: str, loss: str) -> list[dict]:
         )
     finally:
         for p in procs:
-            p.join(timeout=30)
+            p.join(timeout=30 if len(outcome) == world_size else 1)  # after a failure, don't wait on the rest
             if p.is_alive():
                 p.kill()
     return [outcome[r] for r in range(world_size)]
@@ -81,15 +91,16 @@ def run_update(world_size: int, model_path: str, loss: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def update(tmp_path_factory):
-    """``update(world_size, loss)``: the ranks' results of one actor update, run once per module."""
+    """``update(world_size, loss, extra overrides)``: the ranks' results of one actor update, run once per module."""
     model_path = str(tmp_path_factory.mktemp("tiny-llama"))
     worker_rank.save_tiny_llama(model_path)
     done = {}
 
-    def get(world_size: int, loss: str) -> list[dict]:
-        if (world_size, loss) not in done:
-            done[world_size, loss] = run_update(world_size, model_path, loss)
-        return done[world_size, loss]
+    def get(world_size: int, loss: str, extra: list[str] = ()) -> list[dict]:
+        key = (world_size, loss, tuple(extra))
+        if key not in done:
+            done[key] = run_update(world_size, model_path, LOSSES[loss] + list(extra))
+        return done[key]
 
     return get
 
@@ -127,12 +138,17 @@ def test_single_rank_actor_update(update, loss):
     check_update(result, loss)
 
 
+def max_difference(a: dict, b: dict) -> float:
+    return max((a["after"][k] - b["after"][k]).abs().max().item() for k in a["after"])
+
+
 def test_two_ranks_shard_the_model_and_match_one_rank(update):
-    """FSDP2 over two gloo ranks with rlstab's STAPO: each rank holds part of every update, and the
-    update equals one rank's.
+    """FSDP2 over two gloo ranks with rlstab's STAPO: each rank holds part of the model, and the update
+    equals one rank's.
 
     Both runs see the same global mini-batches and micro-batches (``worker_rank.rank_rows``); veRL
-    all-reduces the token count that the loss divides by, and FSDP2 reduces the gradients.
+    all-reduces the token count that the loss divides by, and FSDP2 reduces the gradients. The step
+    statistics are ``local``: each micro-batch its own, on two ranks as on one.
     """
     ranks = update(2, "rlstab")
     (single,) = update(1, "rlstab")
@@ -141,5 +157,21 @@ def test_two_ranks_shard_the_model_and_match_one_rank(update):
     assert all(0 < r["local_numel"] < total for r in ranks)
     for r in ranks:
         check_update(r, "rlstab")
-        for k in single["after"]:
-            torch.testing.assert_close(r["after"][k], single["after"][k], rtol=1e-4, atol=1e-6, msg=k)
+        assert max_difference(r, single) == 0.0  # same micro-batches, same bf16 rounding
+
+
+def test_two_ranks_data_parallel_statistics_match_one_rank_with_the_union_micro_batch(update):
+    """``step_statistics=data_parallel``: the two ranks' micro-batches share S2T's entropy threshold and
+    the kept share, so the update equals that of one rank whose micro-batch is both of them (in fp32)."""
+    ranks = update(2, "rlstab", FP32 + DATA_PARALLEL_STATISTICS)
+    (union,) = update(1, "rlstab", FP32 + UNION_MICRO_BATCH)
+    (local,) = update(1, "rlstab", FP32)  # one rank, per-micro-batch statistics
+    for r in ranks + [union, local]:
+        check_update(r, "rlstab")
+    for r in ranks:
+        assert r["metrics"]["actor/rlstab/mask/s2t/entropy_threshold"] == pytest.approx(
+            union["metrics"]["actor/rlstab/mask/s2t/entropy_threshold"], abs=1e-5
+        )
+        assert max_difference(r, union) < 1e-4
+    # The scope of the statistics matters on this batch: per-micro-batch statistics move the parameters elsewhere.
+    assert max_difference(local, union) > 1e-2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import types
 from contextlib import contextmanager
 
@@ -20,34 +21,23 @@ import torch
 # --------------------------------------------------------------------------------------------------
 
 
-def _zero(*args, **kwargs) -> int:
-    return 0
-
-
-def _noop(*args, **kwargs) -> None:
-    return None
-
-
 def cpu_device_module() -> types.ModuleType:
-    """``torch.cpu`` plus the ``torch.cuda`` calls veRL makes through ``get_torch_device()``.
+    """``torch.cpu`` plus the ``torch.cuda`` calls veRL makes through ``get_torch_device()`` on this path.
 
-    torch.cpu has no allocator statistics (TrainingWorker reads ``max_memory_allocated`` for its perf
-    metrics, ``aggressive_empty_cache`` reads ``memory_reserved``), no ``manual_seed`` and no
-    ``get_device_name``; here they report zero, seed the global generator and say "CPU".
+    ``TrainingWorker._postprocess_output`` reads ``max_memory_allocated``/``max_memory_reserved`` for
+    its perf metrics, ``log_gpu_memory_usage`` reads ``memory_allocated``/``memory_reserved``/
+    ``mem_get_info``, and ``flops_counter.get_device_flops`` asks ``get_device_name`` (it names
+    ``torch.cpu`` "CPU" itself, but only when the module *is* ``torch.cpu``, which lacks the rest).
+    torch.cpu has none of them: here the memory figures are zero and the name is "CPU".
     """
     module = types.ModuleType("verl_test_cpu_device")
-    for name in ("current_device", "device_count", "is_available", "set_device", "synchronize", "Stream",
-                 "Event", "stream", "current_stream", "amp"):
-        setattr(module, name, getattr(torch.cpu, name))
+    module.__dict__.update({k: v for k, v in vars(torch.cpu).items() if not k.startswith("_")})
     for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
-        setattr(module, name, _zero)
-    for name in ("empty_cache", "reset_peak_memory_stats", "ipc_collect"):
-        setattr(module, name, _noop)
-    module.manual_seed = torch.manual_seed
-    module.manual_seed_all = torch.manual_seed
-    module.mem_get_info = lambda *a, **k: (0, 0)
-    # verl.utils.flops_counter.get_device_flops names the device to look up its peak FLOPS.
-    module.get_device_name = lambda *a, **k: "CPU"
+        setattr(module, name, lambda *args, **kwargs: 0)
+    module.mem_get_info = lambda *args, **kwargs: (0, 0)
+    module.empty_cache = lambda: None
+    module.manual_seed = module.manual_seed_all = torch.manual_seed
+    module.get_device_name = lambda *args, **kwargs: "CPU"
     return module
 
 
@@ -62,8 +52,6 @@ def install_cpu_platform() -> None:
     ``verl.workers.engine.fsdp.transformer_impl`` is imported: that module caches the device name at
     import.
     """
-    import sys
-
     from verl.plugin.platform import PlatformBase, PlatformRegistry, set_platform
 
     assert "verl.workers.engine.fsdp.transformer_impl" not in sys.modules, "install the platform first"
@@ -146,10 +134,9 @@ def register_fsdp_engine_for_cpu() -> None:
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-    if "cpu" not in EngineRegistry._engines["language_model"]["fsdp2"]:
-        EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(
-            FSDPEngineWithLMHead
-        )
+    EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(
+        FSDPEngineWithLMHead
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,7 +265,6 @@ def rollout_batch(model_path: str, seed: int = 0):
     same log-probs.
     """
     from transformers import AutoModelForCausalLM
-
     from verl import DataProto
 
     g = torch.Generator().manual_seed(seed)
@@ -394,7 +380,8 @@ def _update(rank: int, world_size: int, port: int, model_path: str, overrides: l
         LOCAL_RANK=str(rank),
     )
     torch.set_num_threads(1)  # two ranks on a two-core machine
-    install_cpu_platform()
+    install_cpu_platform()  # the first `import verl`, which loads the verl.plugins entry points
+    plugin_loaded = "rlstab.adapters.verl" in sys.modules
     register_fsdp_engine_for_cpu()
     # TrainingWorker calls verl.utils.distributed.initialize_global_process_group_ray, which asks for
     # the backend "cpu:gloo,<device>:<comm backend>"; with device cpu that is "cpu:gloo,cpu:gloo", which
@@ -404,7 +391,6 @@ def _update(rank: int, world_size: int, port: int, model_path: str, overrides: l
     from functools import partial
 
     from torch.distributed.tensor import DTensor
-
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine_workers import TrainingWorker
     from verl.workers.utils import losses
@@ -424,8 +410,11 @@ def _update(rank: int, world_size: int, port: int, model_path: str, overrides: l
     return {
         "before": before,
         "after": after,
-        "local_numel": sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params.values()),
+        "local_numel": sum(
+            p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params.values()
+        ),
         "metrics": {k: _plain(v) for k, v in tu.get(output, "metrics").items()},
+        "plugin_loaded_by_import_verl": plugin_loaded,
     }
 
 
