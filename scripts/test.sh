@@ -23,6 +23,12 @@ echo "== verl tests"
 .venv-verl/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-verl/bin/pip install -q --disable-pip-version-check -e ".[test,verl]" "uvicorn>=0.30" "fastapi>=0.110"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-verl/bin/python -m pytest -p no:cacheprovider tests/adapters/verl
+echo "== trl tests"
+# The real trl==1.16.0 (transformers, accelerate, datasets) on CPU; tiny model and tokenizer built in memory.
+[ -x .venv-trl/bin/python ] || "$PY" -m venv .venv-trl
+.venv-trl/bin/pip install -q --disable-pip-version-check torch==2.13.0
+.venv-trl/bin/pip install -q --disable-pip-version-check -e ".[test,trl]"
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-trl/bin/python -m pytest -p no:cacheprovider tests/adapters/trl
 echo "== docs"
 site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet -d "$site"

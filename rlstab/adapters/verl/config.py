@@ -15,6 +15,7 @@ from typing import Any
 
 from verl.workers.config import PolicyLossConfig
 
+from rlstab.adapters.verl.optimizer_steps import StepTracker
 from rlstab.compiled import CompiledObjective
 from rlstab.errors import ConfigError
 from rlstab.loading import load
@@ -73,6 +74,7 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
             )
         self._rlstab_objective = build_objective(self.objective, self.overrides)
         self._rlstab_compiled = None
+        self.rlstab_step_tracker = StepTracker()
 
     @property
     def rlstab_objective(self) -> Objective:

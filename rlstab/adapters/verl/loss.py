@@ -56,7 +56,8 @@ def rlstab_policy_loss(
     info = config.global_batch_info or {}
     across_ranks = policy_loss.step_statistics == "data_parallel" and (info.get("dp_size") or 1) > 1
     group = current_dp_group() if across_ranks else None
-    step = step_stats(compiled, batch, info, across_ranks, group) if _is_global(info) else None
+    update_state = policy_loss.rlstab_step_tracker.first_call_of_step()
+    step = step_stats(compiled, batch, info, across_ranks, group, update_state)
     out = compiled(batch, step=step)
     return out.loss, verl_metrics(out.metrics)
 
@@ -79,7 +80,12 @@ def _is_global(info: dict) -> bool:
 
 
 def step_stats(
-    compiled: CompiledObjective, batch: TokenBatch, info: dict, across_ranks: bool = False, group=None
+    compiled: CompiledObjective,
+    batch: TokenBatch,
+    info: dict,
+    across_ranks: bool = False,
+    group=None,
+    update_state: bool = True,
 ) -> StepStats:
     """The step statistics of one verl micro-batch, with verl's global denominators.
 
@@ -91,9 +97,13 @@ def step_stats(
     mask thresholds (entropy quantiles) and the share of kept tokens, so a ``count: kept``
     denominator is the global valid count times this micro-batch's kept fraction.
     ``across_ranks``: thresholds and kept fraction over this micro-batch on every rank of
-    ``group`` (a collective call).
+    ``group`` (a collective call). Without global info (one rank, no ``batch_num_tokens``) the
+    micro-batch is its own step, as in verl. ``update_state``: advance stateful components (on the
+    step's first micro-batch only).
     """
-    local = compiled.gather([batch], group=group, distributed=across_ranks)
+    local = compiled.gather([batch], group=group, distributed=across_ranks, update_state=update_state)
+    if not _is_global(info):
+        return local
     c = local.counts
     dp_size = int(info.get("dp_size") or 1)
     tokens = _number(info.get("batch_num_tokens"))

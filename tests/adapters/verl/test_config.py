@@ -88,7 +88,7 @@ def test_regularisers_that_verl_adds_itself_are_refused():
 
 
 def test_unknown_preset():
-    with pytest.raises(Exception, match=r"objective = 'stappo': neither a preset \(20-entropy, dapo"):
+    with pytest.raises(Exception, match=r"objective = 'stappo': neither a preset \(20-entropy, .*stapo.*\) nor a \.yaml file"):
         actor(*SELECT[:2], f"+{ACTOR}.policy_loss.objective=stappo")
 
 

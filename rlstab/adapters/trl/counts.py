@@ -1,0 +1,131 @@
+"""TRL's loss normalisers as rlstab's step denominators ([`StepCounts`][rlstab.aggregation.StepCounts]).
+
+TRL computes the loss one micro-batch at a time, sums the gradients of an optimizer step's
+``GA = current_gradient_accumulation_steps`` micro-batches, and DDP averages them over the
+``P = accelerator.num_processes`` processes. Its built-in losses scale each micro-batch so that
+this sum is the step's loss (``GRPOTrainer.loss_is_scaled_for_ga = True``):
+
+| TRL ``loss_type`` | micro-batch loss | rlstab aggregation | StepCounts |
+|---|---|---|---|
+| ``dapo`` (also cispo, vespo) | ``sum l / (N * GA / spg / P)`` | ``token-mean`` | ``tokens_valid = N * GA / spg`` |
+| ``grpo`` (also sapo) | ``mean_i (sum_t l / n_i) / GA`` | ``seq-mean-token-mean`` | ``sequences_valid = B * GA * P`` |
+| ``dr_grpo`` | ``sum l / (B * L) / GA`` | ``seq-mean-token-sum-norm`` | ``sequences_valid = B * GA * P``, ``max_length = L`` |
+| ``luspo`` | ``mean_i (sum_t l) / GA`` | ``seq-mean-token-sum`` | ``sequences_valid = B * GA * P`` |
+
+with ``N = num_items_in_batch`` (TRL's count of loss-mask tokens of the whole generation batch,
+all processes), ``spg = steps_per_generation``, ``B`` the micro-batch's completions and
+``L = max_completion_length``; and ``world_size = P`` everywhere, because rlstab multiplies by the
+world size to undo DDP's average. Each rlstab aggregation then gives exactly the scaling of the
+TRL loss type beside it. In evaluation TRL neither accumulates nor splits the batch: ``GA = 1``
+and ``N`` is used as is.
+
+``N * GA / spg`` is the accumulation window's exact token count when ``steps_per_generation ==
+gradient_accumulation_steps`` (TRL's default); otherwise it is TRL's own average per window, kept
+so that the ``token-mean`` loss stays TRL's ``dapo`` loss.
+
+``B * GA * P`` counts every completion, also one that ``mask_truncated_completions`` emptied, as
+TRL's per-micro-batch ``.mean()`` does (rlstab on its own counts responses with at least one token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from rlstab.aggregation import StepCounts
+from rlstab.batch import TokenBatch
+from rlstab.comm import Comm
+from rlstab.compiled import CompiledObjective, StepStats
+
+
+@dataclass(frozen=True)
+class TrlScale:
+    """What TRL knows about the optimizer step when a micro-batch's loss runs.
+
+    Attributes:
+        tokens: loss-mask tokens of the accumulation window over all processes (TRL's ``dapo`` normaliser times P).
+        sequences: completions of the window over all processes, ``B * GA * P``.
+        max_length: ``max_completion_length`` (the ``dr_grpo`` constant).
+        world_size: ``P``, the number of processes whose gradients DDP averages.
+        accumulation: ``GA``, micro-batches in this optimizer step (1 in evaluation).
+    """
+
+    tokens: float
+    sequences: float
+    max_length: int
+    world_size: int
+    accumulation: int
+
+
+def trl_scale(
+    *,
+    num_items_in_batch: float,
+    micro_batch_size: int,
+    padded_length: int,
+    num_processes: int,
+    accumulation_steps: int,
+    steps_per_generation: int,
+    max_completion_length: int | None,
+    training: bool,
+) -> TrlScale:
+    """TRL's normalisers for one micro-batch (arguments as ``GRPOTrainer`` holds them)."""
+    ga = accumulation_steps if training else 1
+    tokens = float(num_items_in_batch)
+    if training:
+        tokens = tokens * ga / steps_per_generation
+    return TrlScale(
+        tokens=tokens,
+        sequences=float(micro_batch_size * ga * num_processes),
+        max_length=int(max_completion_length or padded_length),
+        world_size=int(num_processes),
+        accumulation=int(ga),
+    )
+
+
+def step_stats(
+    compiled: CompiledObjective,
+    batch: TokenBatch,
+    scale: TrlScale,
+    *,
+    distributed: bool | None = None,
+    update_state: bool = True,
+) -> StepStats:
+    """The step statistics of one TRL micro-batch: TRL's denominators, this micro-batch's thresholds.
+
+    Exact over the optimizer step (every micro-batch, every process): the valid-token count
+    (``tokens_valid``), the number of completions, ``max_completion_length`` and the process count,
+    because TRL knows them before the first micro-batch. Per micro-batch, gathered over every
+    process (``torch.distributed``, as TRL's ``top_entropy_quantile`` does): mask thresholds
+    (entropy quantiles), because the current policy's entropy of the other micro-batches does not
+    exist before their forward; and the kept share, so ``count: kept`` divides by
+    ``tokens_valid * (kept / valid of this micro-batch)`` and by this micro-batch's responses
+    with a kept token times ``GA``. A mask whose rejected tokens become padding (rollout
+    rejection with ``rejected: padding``) shrinks ``tokens_valid`` and ``sequences_valid`` by this
+    micro-batch's share in the same way.
+
+    ``update_state``: advance stateful components (BAPO's bounds, STARE's controller); the
+    trainer passes True on the first micro-batch of each optimizer step only.
+    """
+    local = compiled.gather([batch], distributed=distributed, update_state=update_state)
+    c = local.counts
+    rejects = any(getattr(m, "acts_on_valid", False) for m in compiled.objective.masks)
+    raw_tokens = c.tokens_valid  # the response-mask tokens TRL counts (this micro-batch, every process)
+    sequences_valid = scale.sequences
+    if rejects:  # gather dropped rejected tokens from the valid ones; TRL's counts still hold them
+        mask_tokens = batch.response_mask.sum().to(torch.float64).reshape(1)
+        raw_tokens = float(Comm(distributed=distributed).sum(mask_tokens)[0])
+        sequences_valid = c.sequences_valid * scale.accumulation
+    counts = StepCounts(
+        tokens_valid=_share(scale.tokens, c.tokens_valid, raw_tokens),
+        tokens_kept=_share(scale.tokens, c.tokens_kept, raw_tokens),
+        sequences_valid=sequences_valid,
+        sequences_kept=c.sequences_kept * scale.accumulation,
+        max_length=scale.max_length,
+        world_size=scale.world_size,
+    )
+    return replace(local, counts=counts)
+
+
+def _share(total: float, part: float, whole: float) -> float:
+    return total * part / whole if whole > 0 else 0.0

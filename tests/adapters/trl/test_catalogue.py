@@ -1,0 +1,83 @@
+"""Every preset of the catalogue either runs inside TRL's loss or is refused when the trainer is built.
+
+A preset is refused only for what TRL cannot hand a loss on this machine (inference-engine
+log-probabilities without vLLM, rewards or prompt groups); any other refusal or failure means the
+adapter has to learn about a new component.
+"""
+
+import warnings
+
+import pytest
+import torch
+from trl_tiny import crafted_inputs, last_metrics, loss_and_grads, make_trainer, tiny_model
+
+import rlstab
+from rlstab import ConfigError
+
+UNAVAILABLE_ON_CPU = (
+    "reads TokenBatch.rollout_logprobs",
+    "reads TokenBatch.rewards",
+    "reads TokenBatch.group_ids",
+)
+
+
+@pytest.mark.parametrize("preset", rlstab.preset_names())
+def test_preset_runs_in_trl_or_is_refused_for_a_missing_input(tmp_path, preset):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # scale_rewards notes for presets without std scaling
+        try:
+            trainer = make_trainer(
+                tmp_path, preset, model=tiny_model(sharpen=8.0), gradient_accumulation_steps=2
+            )
+        except ConfigError as err:
+            problems = err.problems
+            assert problems and all(any(why in p for why in UNAVAILABLE_ON_CPU) for p in problems), str(err)
+            return
+    inputs = crafted_inputs(trainer, 0, num_items_in_batch=60.0)
+    loss, grads = loss_and_grads(trainer, inputs, 2)
+    assert torch.isfinite(loss)
+    assert grads and all(torch.isfinite(g).all() for g in grads.values())
+    assert any(g.abs().sum() > 0 for g in grads.values())
+    assert "rlstab/loss/policy" in last_metrics(trainer)
+
+
+def test_stateful_components_advance_once_per_optimizer_step_and_survive_a_checkpoint(tmp_path):
+    """BAPO's bounds are chosen once per optimizer step (over its micro-batches), saved and restored."""
+    trainer = make_trainer(
+        tmp_path,
+        "bapo",
+        model=tiny_model(sharpen=8.0),
+        gradient_accumulation_steps=2,
+        max_steps=2,
+        save_strategy="steps",
+        save_steps=1,
+    )
+    loss_and_grads(trainer, crafted_inputs(trainer, 0), training=False)  # evaluation never advances a state
+    assert trainer.rlstab_compiled.state_dict()["surrogate (bapo)"]["steps"] == 0
+    trainer.train()
+    state = trainer.rlstab_compiled.state_dict()
+    assert (
+        state["surrogate (bapo)"]["steps"] == 2
+    )  # 2 optimizer steps of 2 micro-batches: advanced twice, not 4 times
+    saved = torch.load(tmp_path / "checkpoint-2" / "rlstab_state.pt", weights_only=True)
+    assert saved == state
+    assert (
+        torch.load(tmp_path / "checkpoint-1" / "rlstab_state.pt", weights_only=True)["surrogate (bapo)"][
+            "steps"
+        ]
+        == 1
+    )
+
+    resumed = make_trainer(
+        tmp_path / "resumed",
+        "bapo",
+        model=tiny_model(sharpen=8.0),
+        gradient_accumulation_steps=2,
+        max_steps=2,
+    )
+    assert resumed.rlstab_compiled.state_dict()["surrogate (bapo)"]["steps"] == 0
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    # Resumed at step 2 with the saved state, then transformers runs its remaining step(s): the
+    # counter continues from the checkpoint's 2 (a fresh state would restart at 0).
+    assert resumed.state.global_step > 2
+    assert resumed.rlstab_compiled.state_dict()["surrogate (bapo)"]["steps"] == resumed.state.global_step
