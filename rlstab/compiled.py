@@ -30,6 +30,7 @@ from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.comm import Comm
 from rlstab.objective import Objective
 from rlstab.quantile import Population
+from rlstab.step import StepLevel, fit_step_level, shaped_rewards
 from rlstab.tokens import Tokens
 
 
@@ -39,15 +40,23 @@ class StepStats:
 
     Attributes:
         counts: the denominators (kept and valid tokens and responses, padded length, world size).
-        thresholds: one per mask: its threshold (0-d tensor) or None.
+        thresholds: one per mask: its threshold (0-d tensor) or None; a tuple of them (each or None)
+            for a mask whose ``quantile_request`` returns a list of requests.
         advantage: the fitted estimator state, or None when the batches carried advantages.
         hooks: one step value per reweighter, then one for the surrogate (``begin_step``'s result).
+        step_level: the step-level decisions (groups dropped by dynamic sampling, the ESS scale).
     """
 
     counts: StepCounts
     thresholds: tuple[torch.Tensor | None, ...]
     advantage: object | None
     hooks: tuple = ()
+    step_level: StepLevel = StepLevel()
+
+    @property
+    def lr_scale(self) -> float:
+        """The factor for this step's learning rate (the objective's ``lr_scale``, VCPO); 1.0 without one."""
+        return self.step_level.lr_scale
 
 
 class _PrecomputedGrad(torch.autograd.Function):
@@ -84,6 +93,9 @@ class CompiledObjective:
         self._hooked = [(f"reweighters[{i}] ({w.kind})", w) for i, w in enumerate(self.reweighters)]
         self._hooked.append((f"surrogate ({objective.surrogate.kind})", objective.surrogate))
         self._states = {label: c.initial_state() for label, c in self._hooked}
+        self._step_start_states = dict(self._states)  # before the current step's update (for update_state=False)
+        # Masks whose rejected tokens become padding (rollout rejection): they restrict what counts as valid.
+        self._rejections = [m for m in self.masks if getattr(m, "acts_on_valid", False)]
         # Regularisers average over every valid token, with the objective's aggregation kind.
         self._regulariser_aggregation = objective.aggregation.model_copy(update={"count": "valid"})
         self._reads: list[tuple[str, str]] = []
@@ -94,6 +106,12 @@ class CompiledObjective:
         self._reads += [(f"surrogate ({objective.surrogate.kind})", f) for f in sorted(objective.surrogate.reads)]
         for i, r in enumerate(objective.regularisers):
             self._reads += [(f"regularisers[{i}] ({r.kind})", f) for f in sorted(r.reads)]
+        step_level = [(f"reward_shaping[{i}] ({c.kind})", c) for i, c in enumerate(objective.reward_shaping)]
+        for name in ("group_filter", "lr_scale"):
+            if getattr(objective, name) is not None:
+                step_level.append((f"{name} ({getattr(objective, name).kind})", getattr(objective, name)))
+        for who, c in step_level:
+            self._reads += [(who, f) for f in sorted(c.reads)]
 
     def __repr__(self) -> str:
         return f"CompiledObjective({self.objective.name or 'custom'})"
@@ -113,6 +131,14 @@ class CompiledObjective:
             )
         for label, value in state.items():
             self._states[label] = copy.deepcopy(value)
+            self._step_start_states[label] = copy.deepcopy(value)
+
+    def per_micro_batch(self) -> list[str]:
+        """Components that compute their statistics within each micro-batch (``selection: micro_batch``), as
+        their papers' code does, instead of over the whole step: their results depend on the micro-batch split."""
+        components = [(f"masks[{i}] ({m.kind})", m) for i, m in enumerate(self.masks)]
+        components += self._hooked
+        return [label for label, c in components if getattr(c, "selection", None) == "micro_batch"]
 
     def readers(self, field: str) -> list[str]:
         """The components that read ``TokenBatch.<field>`` (``["masks[0] (s2t)"]``), so adapters can say who needs what."""
@@ -151,7 +177,11 @@ class CompiledObjective:
 
     def _tokens(self, batch: TokenBatch) -> Tokens:
         self._check_reads(batch)
-        return Tokens.from_batch(batch, self.objective.log_ratio_clamp)
+        t = Tokens.from_batch(batch, self.objective.log_ratio_clamp)
+        if self._rejections:  # rejected tokens become padding: they leave every population and denominator
+            t.valid = _kept(t, [m.keep(t, None) for m in self._rejections])
+            t.valid_bool = t.valid > 0
+        return t
 
     # ------------------------------------------------------------------ phase 1
 
@@ -173,6 +203,7 @@ class CompiledObjective:
 
     def _gather_tokens(self, tokens: list[Tokens], comm: Comm, update_state: bool = True):
         """Step statistics, plus each micro-batch's per-mask keeps and kept tokens (reused by the own-step path)."""
+        step_level = fit_step_level(self.objective, tokens, comm)  # first: dropped groups become padding
         advantage_state = self._set_step_advantages(tokens, comm)
         hooks = self._begin_step(tokens, comm, update_state)
         thresholds = []
@@ -181,8 +212,14 @@ class CompiledObjective:
             if not tokens or requests[0] is None:
                 thresholds.append(None)
                 continue
-            population = Population([(v, inc) for v, inc, _ in requests], comm)
-            thresholds.append(population.quantile(requests[0][2], getattr(mask, "interpolation", "linear")))
+            several = isinstance(requests[0], list)  # a list of requests: keep() gets a tuple of thresholds
+            found = tuple(
+                Population([(v, inc) for v, inc, _ in chunks], comm).quantile(
+                    chunks[0][2], getattr(mask, "interpolation", "linear")
+                )
+                for chunks in (zip(*requests) if several else [requests])
+            )
+            thresholds.append(found if several else found[0])
         masked, local = [], torch.zeros(4, dtype=torch.float64)
         max_length = 0
         for t in tokens:
@@ -198,7 +235,7 @@ class CompiledObjective:
         totals = comm.sum(local.to(device)).tolist()
         max_length = int(comm.max(torch.tensor(max_length, device=device)))
         counts = StepCounts(*totals, max_length=max_length, world_size=comm.world_size)
-        return StepStats(counts, tuple(thresholds), advantage_state, hooks), masked
+        return StepStats(counts, tuple(thresholds), advantage_state, hooks, step_level), masked
 
     def _begin_step(self, tokens: list[Tokens], comm: Comm, update_state: bool) -> tuple:
         values = []
@@ -207,8 +244,11 @@ class CompiledObjective:
             sums = None
             if tokens and parts[0] is not None:
                 sums = comm.sum(torch.stack(parts).sum(0))
-            value, state = component.begin_step(sums, self._states[label])
+            # A later gather of the same step (update_state=False) starts from the state the step started from.
+            before = self._states[label] if update_state else self._step_start_states.get(label, self._states[label])
+            value, state = component.begin_step(sums, before)
             if update_state:
+                self._step_start_states[label] = before
                 self._states[label] = state
             values.append(value)
         return tuple(values)
@@ -222,12 +262,12 @@ class CompiledObjective:
         if any(given):
             raise BatchError("some micro-batches of the step carry advantages and others do not")
         est = self.objective.advantage
-        rewards = comm.cat(torch.cat([t.batch.rewards.to(torch.float32) for t in tokens]))
+        rewards = comm.cat(torch.cat([shaped_rewards(self.objective, t.batch) for t in tokens]))
         group_ids = comm.cat(torch.cat([t.batch.group_ids.to(torch.int64) for t in tokens]))
         lengths = comm.cat(torch.cat([t.valid.sum(-1) for t in tokens]))
         state = est.fit(rewards, group_ids, lengths)
         for t in tokens:
-            t.set_advantages(est.apply(state, t.batch.rewards, t.batch.group_ids))
+            t.set_advantages(est.apply(state, shaped_rewards(self.objective, t.batch), t.batch.group_ids))
         return state
 
     def _mask_keeps(self, t: Tokens, thresholds) -> list[torch.Tensor]:
@@ -249,6 +289,7 @@ class CompiledObjective:
         if step is None:
             step, ((keeps, kept),) = self._gather_tokens([t], Comm(distributed=False))
         else:
+            step.step_level.restrict(t)
             self._set_micro_batch_advantages(t, step)
             keeps = self._mask_keeps(t, step.thresholds)
             kept = _kept(t, keeps)
@@ -259,7 +300,8 @@ class CompiledObjective:
         if step.advantage is not None:
             if batch.advantages is not None:
                 raise BatchError("the step's advantages were estimated, but this micro-batch carries its own")
-            t.set_advantages(self.objective.advantage.apply(step.advantage, batch.rewards, batch.group_ids))
+            rewards = shaped_rewards(self.objective, batch)
+            t.set_advantages(self.objective.advantage.apply(step.advantage, rewards, batch.group_ids))
         else:
             if batch.advantages is None:
                 raise BatchError("the step was gathered from batches with advantages; this one has none")
@@ -279,12 +321,20 @@ class CompiledObjective:
         n_valid = t.valid.sum()
         n_valid_safe = n_valid.clamp(min=1.0)
         valid_flat = t.valid.view(-1)
+        if self._rejections:  # their counts are over the tokens before any rejection
+            before_flat = step.step_level.response_tokens(batch).view(-1)
+            n_before = before_flat.sum()
         for label, mask, k, thr in zip(self.mask_labels, self.masks, keeps, step.thresholds):
-            n_kept_by_mask = torch.dot(valid_flat, k.reshape(-1))
+            base, n_base = (before_flat, n_before) if mask in self._rejections else (valid_flat, n_valid)
+            n_kept_by_mask = torch.dot(base, k.reshape(-1))
             metric(f"mask/{label}/kept", n_kept_by_mask)
-            metric(f"mask/{label}/silenced", n_valid - n_kept_by_mask)
-            metric(f"mask/{label}/kept_fraction", n_kept_by_mask / n_valid_safe)
-            if thr is not None:
+            metric(f"mask/{label}/silenced", n_base - n_kept_by_mask)
+            metric(f"mask/{label}/kept_fraction", n_kept_by_mask / n_base.clamp(min=1.0))
+            if isinstance(thr, tuple):  # several step quantiles, named by the mask
+                for name, value in zip(mask.threshold_names, thr):
+                    if value is not None:
+                        metric(f"mask/{label}/{name}", value)
+            elif thr is not None:
                 metric(f"mask/{label}/{mask.threshold_name}", thr)
 
         agg = obj.aggregation
@@ -324,6 +374,8 @@ class CompiledObjective:
         metric("tokens/kept_fraction", n_kept / n_valid_safe)
         metric("step/tokens_valid", counts.tokens_valid)
         metric("step/tokens_kept", counts.tokens_kept)
+        for name, value in step.step_level.metrics(obj).items():
+            metric(name, value)
         for name, count in result.counts.items():
             metric(name, count / n_valid_safe)
         metric("approx_kl", -torch.dot(valid_flat, t.log_ratio.reshape(-1)) / n_valid_safe)

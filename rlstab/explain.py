@@ -31,5 +31,14 @@ def explain(objective: Objective) -> str:
     lines.append(f"  Agg = {o.aggregation.describe()}")
     for i, r in enumerate(o.regularisers):
         lines.append(f"  R{i}  = {r.describe()}")
+    for i, shaping in enumerate(o.reward_shaping):
+        lines.append(f"  reward_shaping[{i}] {shaping.describe()}")
+    if o.group_filter is not None:
+        lines.append(f"  group_filter {o.group_filter.describe()}")
+    if o.lr_scale is not None:
+        lines.append(f"  lr_scale {o.lr_scale.describe()}")
     lines.append("  Step statistics (quantiles, group statistics, denominators) span every micro-batch and rank of the step.")
+    local = o.compile().per_micro_batch()
+    if local:
+        lines.append(f"  Computed within each micro-batch instead (as in the papers' code): {', '.join(local)}.")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from rlstab.errors import ConfigError, describe_validation_error
 from rlstab.objective import Objective
-from rlstab.presets import preset_names, preset_path
+from rlstab.presets import closest_presets, preset_names, preset_path
 
 
 class _StrictSafeLoader(yaml.SafeLoader):
@@ -109,7 +109,7 @@ def _locate(name: str, directory: Path | None, referrer: str) -> tuple[str, str,
         return str(path), path.read_text(), path.parent
     raise ConfigError(
         referrer,
-        [f"extends = {name!r}: neither a preset ({', '.join(preset_names())}) nor an existing .yaml file"],
+        [f"extends = {name!r}: neither a preset ({closest_presets(name)}) nor an existing .yaml file"],
     )
 
 
@@ -130,7 +130,7 @@ def load_data(source: Any) -> tuple[dict, str]:
             return _resolve(parse_yaml(preset_path(source).read_text(), label), label, None, ((label, label),)), label
         if "\n" not in source and ":" not in source:
             raise ConfigError(
-                source, [f"not a preset ({', '.join(preset_names())}), a .yaml file, or YAML text"]
+                source, [f"not a preset ({closest_presets(source)}), a .yaml file, or YAML text"]
             )
         return _resolve(parse_yaml(source, "<yaml text>"), "<yaml text>", Path.cwd(), ()), "<yaml text>"
     raise TypeError(f"rlstab.load takes a preset name, a YAML path or text, a dict or an Objective, not {type(source).__name__}")

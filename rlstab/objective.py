@@ -19,6 +19,7 @@ from rlstab.clipping import AnySurrogate, PPOClip
 from rlstab.masks import AnyMask
 from rlstab.regularisers import AnyRegulariser
 from rlstab.reweighters import AnyReweighter
+from rlstab.step import AnyRewardShaping, DynamicSampling, ESSLearningRateScale
 
 if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective
@@ -45,6 +46,12 @@ class Objective(BaseModel):
     """How per-token losses become one number; its denominator is part of the method."""
     regularisers: list[AnyRegulariser] = Field(default_factory=list)
     """Terms added to the policy loss."""
+    reward_shaping: list[AnyRewardShaping] = Field(default_factory=list)
+    """Terms added to each response's reward before the advantage estimator (DAPO's overlong penalty)."""
+    group_filter: DynamicSampling | None = None
+    """Drop prompt groups over the whole step (DAPO's dynamic sampling): their responses become padding."""
+    lr_scale: ESSLearningRateScale | None = None
+    """A factor for the step's learning rate, returned by gather as ``StepStats.lr_scale`` (VCPO)."""
     log_ratio_clamp: float = Field(20.0, gt=0.0, le=80.0)
     """log r is clamped to [-c, c] before exp (veRL uses 20), so a stale token cannot overflow."""
 

@@ -29,6 +29,16 @@ echo "== trl tests"
 .venv-trl/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-trl/bin/pip install -q --disable-pip-version-check -e ".[test,trl]"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-trl/bin/python -m pytest -p no:cacheprovider tests/adapters/trl
+echo "== openrlhf tests"
+# The real openrlhf==0.11.2, --no-deps: its flash-attn and vLLM pins build only against CUDA. The adapter needs
+# deepspeed; the tests also run OpenRLHF's trainer (ray, transformers, peft, ...) with import-only stand-ins for
+# vLLM and flash-attn (tests/adapters/openrlhf/openrlhf_gpu_stubs.py).
+[ -x .venv-openrlhf/bin/python ] || "$PY" -m venv .venv-openrlhf
+.venv-openrlhf/bin/pip install -q --disable-pip-version-check torch==2.13.0
+.venv-openrlhf/bin/pip install -q --disable-pip-version-check --no-deps openrlhf==0.11.2
+.venv-openrlhf/bin/pip install -q --disable-pip-version-check deepspeed==0.19.6 ray==2.55.0 transformers==5.15.0 peft pylatexenc aiohttp torchdata pillow
+.venv-openrlhf/bin/pip install -q --disable-pip-version-check -e ".[test]"
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-openrlhf/bin/python -m pytest -p no:cacheprovider tests/adapters/openrlhf
 echo "== docs"
 site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet -d "$site"

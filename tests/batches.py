@@ -16,7 +16,7 @@ def random_batch(
     advantages: str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> rlstab.TokenBatch:
-    """A batch with padding, a tail of low-probability tokens (so S2T fires), entropy and rewards.
+    """A batch with padding, a tail of low-probability tokens (so S2T fires), entropy, rollout log-probs and rewards.
 
     ``advantages``: None (estimated from rewards and group_ids), "sequence" ([B]) or "token" ([B, T]).
     """
@@ -35,6 +35,9 @@ def random_batch(
         rewards=torch.randint(0, 2, (B,), generator=g).float(),
         group_ids=torch.randperm(B, generator=g) % groups,
     )
+    # The inference engine's log-probs: near the trainer's old ones. Own stream, so the other fields keep their values.
+    noise = torch.Generator().manual_seed(10_000 + seed)
+    fields["rollout_logprobs"] = (fields["old_logprobs"].float() + 0.05 * torch.randn(B, T, generator=noise)).to(dtype)
     if advantages == "sequence":
         fields["advantages"] = torch.randn(B, generator=g).to(dtype)
     elif advantages == "token":

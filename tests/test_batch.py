@@ -27,6 +27,9 @@ def fields(**override) -> dict:
         advantages=torch.tensor([1.0, -0.5, 0.25]),
         entropy=torch.rand(B, T, generator=g) * 2,
     )
+    # the inference engine's log-probs, near the trainer's old ones (own stream: the rest keeps its values)
+    noise = torch.Generator().manual_seed(1)
+    base["rollout_logprobs"] = base["old_logprobs"] + 0.05 * torch.randn(B, T, generator=noise)
     base.update(override)
     return base
 
@@ -207,7 +210,7 @@ def test_nan_only_on_padding_is_ignored(name, preset):
     assert torch.all(grad[~m] == 0)
 
 
-@pytest.mark.parametrize("name", ["logprobs", "old_logprobs", "entropy"])
+@pytest.mark.parametrize("name", ["logprobs", "old_logprobs", "entropy", "rollout_logprobs"])
 @pytest.mark.parametrize("preset", rlstab.preset_names())
 def test_nan_only_on_padding_leaves_metrics_finite(name, preset):
     dirty = fields()[name].clone()

@@ -264,13 +264,15 @@ def test_schema(capsys):
     assert schema.get("additionalProperties") is False
     assert props["masks"]["type"] == "array"
     items = props["masks"]["items"]
-    assert set(items["discriminator"]["mapping"]) == {"s2t", "low_probability", "entropy_quantile"}
+    mask_kinds = {"s2t", "low_probability", "entropy_quantile", "expression", "icepop", "rollout_rejection",
+                  "rollout_veto", "lopti"}
+    assert set(items["discriminator"]["mapping"]) == mask_kinds
     kinds = set()
     for option in items["oneOf"]:
         definition = _resolve_ref(schema, option)
         kinds.add(definition["properties"]["kind"]["const"])
         assert definition.get("additionalProperties") is False
-    assert kinds == {"s2t", "low_probability", "entropy_quantile"}
+    assert kinds == mask_kinds
     s2t = schema["$defs"]["S2T"]["properties"]["tau_p"]
     assert s2t["default"] == 0.002
     assert s2t["exclusiveMaximum"] == 1.0

@@ -287,7 +287,13 @@ def test_extends_neither_preset_nor_file(tmp_path):
     message = str(info.value)
     assert str(path) in message
     assert "not-a-preset" in message
-    assert "stapo" in message  # lists what is allowed
+    assert "rlstab presets" in message  # says where the allowed names are (none is close to this one)
+
+
+def test_misspelt_preset_suggests_the_closest(tmp_path):
+    path = write(tmp_path / "x.yaml", "extends: stappo\n")
+    with pytest.raises(ConfigError, match=r"extends = 'stappo': neither a preset \(did you mean 'stapo'"):
+        rlstab.load(path)
 
 
 def test_extends_missing_yaml_file(tmp_path):

@@ -53,6 +53,7 @@ class Spec:
     old_logprobs: torch.Tensor | None
     advantages: torch.Tensor
     entropy: torch.Tensor
+    rollout_logprobs: torch.Tensor | None = None
 
     def tensors(self) -> dict:
         return dict(
@@ -61,6 +62,7 @@ class Spec:
             old_logprobs=self.old_logprobs,
             advantages=self.advantages,
             entropy=self.entropy,
+            rollout_logprobs=self.rollout_logprobs,
         )
 
 
@@ -106,7 +108,13 @@ def specs(draw) -> Spec:
         entropy = torch.rand(B, T, generator=g) * 3
     else:  # ties at the quantile threshold
         entropy = torch.randint(0, 4, (B, T), generator=g).to(torch.float32) * 0.5
-    return Spec(logprobs, response_mask, old, advantages, entropy)
+    # The inference engine's log-probs of the same tokens: close to the trainer's old ones, with a
+    # few far off so that IcePop and rejection masks fire.
+    base = logprobs if old is None else old
+    far = torch.rand(B, T, generator=g) < draw(st.sampled_from([0.0, 0.2]))
+    rollout = base + (torch.rand(B, T, generator=g) - 0.5) * 0.02 + far * (torch.rand(B, T, generator=g) - 0.5) * 8
+    rollout = rollout.clamp(max=0.0)
+    return Spec(logprobs, response_mask, old, advantages, entropy, rollout)
 
 
 def run(fn, tensors: dict) -> tuple[LossOutput, torch.Tensor]:
@@ -155,8 +163,8 @@ WITH_KEEP_ALL = {
 @SETTINGS(10)
 @given(spec=specs(), i=st.integers(0, len(KEEP_ALL) - 1))
 def test_keep_all_mask_changes_nothing(name, spec, i):
-    n_valid = int(spec.response_mask.sum())
     base_out, base_grad = run(COMPILED[name], spec.tensors())
+    n_valid = base_out.metrics["tokens/valid"]  # response tokens not rejected as padding
     fn = WITH_KEEP_ALL[(name, i)]
     out, grad = run(fn, spec.tensors())
     label = mask_labels(fn.objective)[-1]
@@ -210,6 +218,7 @@ def pad(spec: Spec, cols: int, rows: int, fills: list[float], seed: int) -> dict
         old_logprobs=grow(spec.old_logprobs),
         advantages=grow(spec.advantages),
         entropy=grow(spec.entropy),
+        rollout_logprobs=grow(spec.rollout_logprobs),
     )
 
 
@@ -304,6 +313,35 @@ def silenced_by(mask, spec: Spec, threshold: float | None) -> torch.Tensor:
         if threshold is None:
             return torch.zeros(B, T, dtype=torch.bool)
         return (H < threshold) if mask.side == "top" else (H >= threshold)
+    old = spec.logprobs if spec.old_logprobs is None else spec.old_logprobs
+    if mask.kind == "lopti":
+        return (old >= math.log(mask.eta)) if mask.phase == "low" else (old < math.log(mask.eta))
+    # rollout masks: log r = clamp(log pi_train(old) - log pi_infer, -20, 20) on response tokens
+    log_r = torch.where(spec.response_mask, (old - spec.rollout_logprobs).clamp(-20, 20), 0.0)
+    if mask.kind == "icepop":
+        k = log_r.exp()
+        return (k < mask.low) | (k > mask.high)
+    if mask.kind == "rollout_rejection":
+        stat = {"k1": log_r, "k2": 0.5 * log_r**2, "k3": log_r.exp() - 1 - log_r}[mask.divergence]
+        if mask.divergence == "k1":
+            low = math.log(1 / mask.high if mask.low is None else mask.low)
+
+            def fails(x):
+                return (x < low) | (x > math.log(mask.high))
+        else:
+
+            def fails(x):
+                return x > mask.high
+        if mask.level == "token":
+            return fails(stat)
+        if mask.level == "sequence_max":
+            row = (fails(stat) & spec.response_mask).any(-1, keepdim=True)
+        else:
+            total = stat.sum(-1, keepdim=True)
+            if mask.level == "sequence_mean":
+                total = total / spec.response_mask.sum(-1, keepdim=True).clamp(min=1)
+            row = fails(total)
+        return row.expand(B, T)
     raise AssertionError(f"no reference rule for mask kind {mask.kind}")
 
 
@@ -317,9 +355,14 @@ def quantile_q(mask) -> float:
 @SETTINGS(20)
 @given(spec=specs())
 def test_silenced_tokens_get_zero_gradient(name, spec):
-    valid = spec.response_mask
+    response = spec.response_mask
     objective = OBJECTIVES[name]
     out, grad = run(COMPILED[name], spec.tensors())
+    # Rejections with `rejected: padding` turn tokens into padding first: what is valid for the other masks.
+    valid = response.clone()
+    for mask in objective.masks:
+        if getattr(mask, "rejected", None) == "padding":
+            valid &= ~silenced_by(mask, spec, None)
     silenced = torch.zeros_like(valid)
     for mask, label in zip(objective.masks, mask_labels(objective), strict=True):
         key = f"mask/{label}/entropy_threshold"
@@ -335,11 +378,12 @@ def test_silenced_tokens_get_zero_gradient(name, spec):
                 torch.testing.assert_close(torch.tensor(threshold), expected, msg=f"{name} {key}")
             else:
                 assert threshold is None, f"{name}: {key} without a population"
-        by_mask = silenced_by(mask, spec, threshold) & valid
+        # rejections count over the response tokens before any rejection; other masks over valid ones
+        by_mask = silenced_by(mask, spec, threshold) & (response if getattr(mask, "rejected", None) == "padding" else valid)
         assert out.metrics[f"mask/{label}/silenced"] == int(by_mask.sum()), (name, label)
         silenced |= by_mask
     assert torch.all(grad[silenced] == 0.0), f"{name}: gradient on silenced tokens {grad[silenced]}"
-    assert torch.all(grad[~valid] == 0.0), f"{name}: gradient on padding"
+    assert torch.all(grad[~response] == 0.0), f"{name}: gradient on padding"
     assert out.metrics["tokens/kept"] == int((valid & ~silenced).sum()), name
 
     # kept tokens with a clear advantage and an unclipped ratio do get a gradient

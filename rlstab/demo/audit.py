@@ -63,6 +63,8 @@ class Sample:
     group_ids: torch.Tensor
     texts: list[str]
     token_texts: dict[int, str]
+    rollout_logprobs: torch.Tensor | None = None
+    """``[N, T]`` the sampler's log-probabilities (rollout mismatch corrections read them), or None."""
 
     @property
     def responses(self) -> int:
@@ -110,7 +112,7 @@ def collect(
     sampler = torch.Generator().manual_seed(seed + 1)
     max_new_tokens = max_new_tokens or task.max_new_tokens
     groups_per_chunk = max(1, _CHUNK_ROWS // group_size)
-    ids, masks, logprobs, entropy, texts, rewards = [], [], [], [], [], []
+    ids, masks, logprobs, entropy, texts, rewards, sampled = [], [], [], [], [], [], []
     for start in range(0, len(problems), groups_per_chunk):
         part = problems[start : start + groups_per_chunk]
         prompt_ids = [policy.codec.encode(p.prompt) for p in part for _ in range(group_size)]
@@ -120,6 +122,7 @@ def collect(
         masks.append(rollout.response_mask)
         logprobs.append(lp.detach().float())
         entropy.append(ent.detach().float())
+        sampled.append(rollout.logprobs)
         for i, (row, mask) in enumerate(zip(rollout.response_ids, rollout.response_mask)):
             text = policy.codec.decode(row[mask].tolist())
             texts.append(text)
@@ -138,6 +141,7 @@ def collect(
         response_mask=response_mask,
         logprobs=_pad_cat(logprobs, 0.0),
         entropy=_pad_cat(entropy, 0.0),
+        rollout_logprobs=None if any(x is None for x in sampled) else _pad_cat(sampled, 0.0),
         rewards=torch.tensor(rewards, dtype=torch.float32),
         group_ids=torch.arange(len(problems)).repeat_interleave(group_size),
         texts=texts,
@@ -155,7 +159,7 @@ def sample_from_rollout(
         model=model, task=task, problems=list(problems or []), group_size=group_size, temperature=temperature,
         seed=seed, response_ids=rollout.response_ids, response_mask=rollout.response_mask,
         logprobs=logprobs.detach().float(), entropy=entropy.detach().float(), rewards=rewards.float(),
-        group_ids=group_ids, texts=list(texts or []), token_texts=token_texts,
+        group_ids=group_ids, texts=list(texts or []), token_texts=token_texts, rollout_logprobs=rollout.logprobs,
     )
 
 
@@ -201,7 +205,7 @@ class MaskAudit:
     """Valid tokens of the sample."""
     silenced: int
     threshold: float | None
-    """The step threshold the mask used (an entropy quantile), or None."""
+    """The step threshold the mask used (an entropy quantile), or None (also for an expression with several quantiles, whose rule names them)."""
     top: list[TokenCount]
     silenced_if_rewarded: int
     """Tokens it would silence if every response had a positive advantage."""
@@ -302,7 +306,10 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
     """
     loss_fn = objective if isinstance(objective, CompiledObjective) else objective.compile()
     obj = loss_fn.objective
-    fields = dict(logprobs=sample.logprobs, response_mask=sample.response_mask, entropy=sample.entropy)
+    fields = dict(
+        logprobs=sample.logprobs, response_mask=sample.response_mask, entropy=sample.entropy,
+        rollout_logprobs=sample.rollout_logprobs,
+    )
     batch = TokenBatch(**fields, rewards=sample.rewards, group_ids=sample.group_ids)
     keeps, stats, metrics = _step_keeps(loss_fn, batch)
     rewarded = TokenBatch(**fields, advantages=torch.ones(sample.responses))
@@ -322,7 +329,7 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
             rule=mask.describe(),
             tokens=sample.tokens,
             silenced=int(silenced.sum()),
-            threshold=None if threshold is None else float(threshold),
+            threshold=None if threshold is None or isinstance(threshold, tuple) else float(threshold),
             top=_token_counts(sample, silenced, top_k),
             silenced_if_rewarded=int(silenced_if_rewarded.sum()),
             top_if_rewarded=_token_counts(sample, silenced_if_rewarded, top_k),

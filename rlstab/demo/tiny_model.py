@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlstab.demo.policy import Rollout, next_token
+from rlstab.demo.policy import Rollout, next_token, sampled_logprob
 
 
 @dataclass(frozen=True)
@@ -163,11 +163,12 @@ class TinyPolicy:
         next_position = real.sum(-1)
         key_real = real
         finished = torch.zeros(N, dtype=torch.bool)
-        out = []
+        out, logprobs = [], []
         for t in range(max_new_tokens):
             token = next_token(next_logits, temperature, generator)
             token = torch.where(finished, torch.full_like(token, self.codec.pad_id), token)
             out.append(token)
+            logprobs.append(sampled_logprob(next_logits, token))
             finished |= token == self.codec.eos_id
             if bool(finished.all()) or t == max_new_tokens - 1:
                 break
@@ -179,6 +180,7 @@ class TinyPolicy:
             prompt_ids=[list(p) for p in prompt_ids],
             response_ids=response_ids,
             response_mask=response_mask_until_eos(response_ids, self.codec.eos_id),
+            logprobs=torch.stack(logprobs, dim=1),
         )
 
     def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:

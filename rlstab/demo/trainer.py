@@ -102,8 +102,7 @@ def combine_updates(updates: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def rows_slice(rollout: Rollout, rows: Sequence[int]) -> Rollout:
-    idx = torch.as_tensor(list(rows), dtype=torch.long)
-    return Rollout([rollout.prompt_ids[i] for i in rows], rollout.response_ids[idx], rollout.response_mask[idx])
+    return rollout.rows(rows)
 
 
 def chunks(rows: Sequence[int], size: int) -> list[list[int]]:
@@ -164,6 +163,7 @@ def update(
             old_logprobs=old_logprobs[idx],
             response_mask=rollout.response_mask[idx],
             entropy=entropy,
+            rollout_logprobs=None if rollout.logprobs is None else rollout.logprobs[idx],
             rewards=rewards[idx],
             group_ids=group_ids[idx],
         )

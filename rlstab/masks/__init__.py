@@ -6,8 +6,17 @@ from pydantic import Field
 
 from rlstab.masks.base import Mask
 from rlstab.masks.entropy_quantile import EntropyQuantile
+from rlstab.masks.expression import Expression
+from rlstab.masks.lopti import Lopti, lopti_phases
+from rlstab.masks.rollout import IcePop, RolloutRejection, RolloutVeto
 from rlstab.masks.s2t import S2T, LowProbability
 
-AnyMask = Annotated[S2T | LowProbability | EntropyQuantile, Field(discriminator="kind")]
+AnyMask = Annotated[
+    S2T | LowProbability | EntropyQuantile | Expression | IcePop | RolloutRejection | RolloutVeto | Lopti,
+    Field(discriminator="kind"),
+]
 
-__all__ = ["AnyMask", "EntropyQuantile", "LowProbability", "Mask", "S2T"]
+__all__ = [
+    "AnyMask", "EntropyQuantile", "Expression", "IcePop", "LowProbability", "Lopti", "Mask", "RolloutRejection",
+    "RolloutVeto", "S2T", "lopti_phases",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from functools import cache
 from pathlib import Path
 
@@ -16,3 +17,11 @@ def preset_names() -> tuple[str, ...]:
 
 def preset_path(name: str) -> Path:
     return _HERE / f"{name}.yaml"
+
+
+def closest_presets(name: str) -> str:
+    """A hint for an unknown preset name: the closest names, or where the list is."""
+    close = difflib.get_close_matches(name, preset_names(), n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return "`rlstab presets` lists them"

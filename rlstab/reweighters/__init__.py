@@ -6,8 +6,9 @@ from pydantic import Field
 
 from rlstab.reweighters.base import Reweighter
 from rlstab.reweighters.low_probability import LowProbabilityReweight
+from rlstab.reweighters.stare import STARE
 from rlstab.reweighters.tis import TruncatedIS
 
-AnyReweighter = Annotated[LowProbabilityReweight | TruncatedIS, Field(discriminator="kind")]
+AnyReweighter = Annotated[LowProbabilityReweight | TruncatedIS | STARE, Field(discriminator="kind")]
 
-__all__ = ["AnyReweighter", "LowProbabilityReweight", "Reweighter", "TruncatedIS"]
+__all__ = ["STARE", "AnyReweighter", "LowProbabilityReweight", "Reweighter", "TruncatedIS"]

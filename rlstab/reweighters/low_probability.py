@@ -30,7 +30,8 @@ class LowProbabilityReweight(Reweighter):
 
     def weights(self, t, step) -> torch.Tensor:
         logp = t.old_logprobs if self.prob_source == "old" else t.logprobs
-        return torch.exp(logp).mul_(self.alpha).add_(1.0 - self.alpha)
+        # clamp: padding may hold any value, and a probability above 1 is never meant
+        return torch.exp(logp.clamp(max=0.0)).mul_(self.alpha).add_(1.0 - self.alpha)
 
     def describe(self) -> str:
         p = "p_old" if self.prob_source == "old" else "p"

@@ -34,7 +34,8 @@ class TruncatedIS(Reweighter):
     reads = frozenset({"rollout_logprobs"})
 
     def weights(self, t, step) -> torch.Tensor:
-        log_ratio = (t.old_logprobs - t.rollout_logprobs).mul_(t.valid)
+        # where, not a multiply by valid: padding may hold huge values (inf * 0 is NaN)
+        log_ratio = torch.where(t.valid_bool, t.old_logprobs - t.rollout_logprobs, 0.0)
         if self.level == "sequence":
             log_ratio = log_ratio.sum(-1, keepdim=True)
         return log_ratio.clamp_(-20.0, 20.0).exp_().clamp_(max=self.cap)

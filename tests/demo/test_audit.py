@@ -87,7 +87,8 @@ def test_counts_agree_with_the_loss_metrics(sample, source):
     assert [m.label for m in audit.masks] == loss_fn.mask_labels
     # The metrics of the compiled loss on the same tensors, computed independently of the audit.
     batch = rlstab.TokenBatch(logprobs=sample.logprobs, response_mask=sample.response_mask,
-                              entropy=sample.entropy, rewards=sample.rewards, group_ids=sample.group_ids)
+                              entropy=sample.entropy, rollout_logprobs=sample.rollout_logprobs,
+                              rewards=sample.rewards, group_ids=sample.group_ids)
     metrics = loss_fn(batch).metrics
     assert audit.kept == metrics["tokens/kept"]
     for m in audit.masks:

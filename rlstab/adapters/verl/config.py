@@ -15,12 +15,12 @@ from typing import Any
 
 from verl.workers.config import PolicyLossConfig
 
-from rlstab.adapters.verl.optimizer_steps import StepTracker
+from rlstab.adapters.optimizer_steps import StepTracker
 from rlstab.compiled import CompiledObjective
 from rlstab.errors import ConfigError
 from rlstab.loading import load
 from rlstab.objective import Objective
-from rlstab.presets import preset_names
+from rlstab.presets import closest_presets, preset_names
 from rlstab.regularisers import EntropyBonus, KLPenalty
 
 CONFIG_PATH = "actor_rollout_ref.actor.policy_loss"
@@ -38,6 +38,9 @@ _UNAVAILABLE_FIELDS = {
     "rollout_logprobs": "veRL applies its rollout correction in the driver (algorithm.rollout_correction) and "
     "passes the resulting rollout_is_weights, which rlstab applies",
     "ref_logprobs": "veRL's ppo_loss does not pass reference log-probabilities to a policy loss",
+    "rewards": "veRL computes rewards and advantages in the driver (DAPO's dynamic sampling is "
+    "algorithm.filter_groups.enable=True; apply overlong shaping, rlstab.step.overlong_penalty, in the reward function)",
+    "group_ids": "veRL's ppo_loss does not pass prompt groups to a policy loss",
 }
 
 
@@ -101,7 +104,7 @@ def build_objective(objective: str | None, overrides: Any) -> Objective:
         )
     label = f"{CONFIG_PATH} (objective={objective!r}" + (", with overrides)" if overrides else ")")
     if objective is not None and objective not in preset_names() and not objective.endswith((".yaml", ".yml")):
-        raise ConfigError(label, [f"objective = {objective!r}: neither a preset ({', '.join(preset_names())}) nor a .yaml file"])
+        raise ConfigError(label, [f"objective = {objective!r}: neither a preset ({closest_presets(objective)}) nor a .yaml file"])
     if not overrides:
         source = objective  # loaded as itself, so a preset keeps its name
     else:
@@ -117,8 +120,13 @@ def build_objective(objective: str | None, overrides: Any) -> Objective:
             if isinstance(reg, kind):
                 problems.append(f"regularisers[{i}] ({reg.kind}): not available in veRL; {advice}")
     compiled = loaded.compile()
+    if loaded.lr_scale is not None:
+        problems.append(
+            f"lr_scale ({loaded.lr_scale.kind}): the veRL adapter does not rescale the learning rate per step; "
+            "remove lr_scale from the objective"
+        )
     for name, advice in _UNAVAILABLE_FIELDS.items():
-        for who in compiled.readers(name):
+        for who in dict.fromkeys(compiled.readers(name)):
             if not who.startswith("regularisers"):  # reported above
                 problems.append(f"{who} reads TokenBatch.{name}: {advice}")
     if problems:

@@ -9,10 +9,11 @@ import warnings
 
 import pytest
 import torch
-from trl_tiny import crafted_inputs, last_metrics, loss_and_grads, make_trainer, tiny_model
 
 import rlstab
 from rlstab import ConfigError
+
+from trl_tiny import crafted_inputs, last_metrics, loss_and_grads, make_trainer, tiny_model
 
 UNAVAILABLE_ON_CPU = (
     "reads TokenBatch.rollout_logprobs",

@@ -9,11 +9,12 @@ import warnings
 
 import pytest
 import trl
-from trl_tiny import dataset, grpo_config, length_reward, make_trainer, tiny_model, tokenizer
 
 from rlstab import ConfigError
 from rlstab.adapters.trl import SUPPORTED_TRL, RlstabGRPOTrainer
 from rlstab.adapters.trl.compat import check_version, supported
+
+from trl_tiny import dataset, grpo_config, length_reward, make_trainer, tiny_model, tokenizer
 
 MISSING_MODEL = "no-such-org/no-such-model"  # loading it would fail: the check must come first
 

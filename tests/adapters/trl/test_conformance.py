@@ -29,6 +29,7 @@ that expresses it:
 import pytest
 import torch
 from accelerate import Accelerator
+
 from trl_tiny import (
     crafted_inputs,
     current_logps,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from trl_tiny import make_trainer, tiny_model
 
 HERE = Path(__file__).parent

@@ -8,6 +8,7 @@ them) against the same completions as one micro-batch (gradient_accumulation_ste
 
 import pytest
 import torch
+
 from trl_tiny import crafted_inputs, last_metrics, make_trainer, tiny_model
 
 OBJECTIVES = ["stapo", "20-entropy"]

@@ -6,6 +6,7 @@ reach ``trainer.state.log_history`` through TRL's logging, and the weights must 
 
 import pytest
 import torch
+
 from trl_tiny import make_trainer, tiny_model
 
 RLSTAB_KEYS = [

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
 from trl_tiny import crafted_inputs, last_metrics, make_trainer, tiny_model
 
 CONFORMANCE = {

@@ -88,7 +88,7 @@ def test_regularisers_that_verl_adds_itself_are_refused():
 
 
 def test_unknown_preset():
-    with pytest.raises(Exception, match=r"objective = 'stappo': neither a preset \(20-entropy, .*stapo.*\) nor a \.yaml file"):
+    with pytest.raises(Exception, match=r"objective = 'stappo': neither a preset \(did you mean 'stapo'.*\) nor a \.yaml file"):
         actor(*SELECT[:2], f"+{ACTOR}.policy_loss.objective=stappo")
 
 
@@ -102,3 +102,8 @@ def test_step_statistics_is_checked():
         actor(*SELECT, f"{ACTOR}.calculate_entropy=True", f"+{ACTOR}.policy_loss.step_statistics=global")
     config = actor(*SELECT, f"{ACTOR}.calculate_entropy=True", f"+{ACTOR}.policy_loss.step_statistics=data_parallel")
     assert config.policy_loss.step_statistics == "data_parallel"
+
+
+def test_step_level_components_that_need_rewards_are_refused():
+    with pytest.raises(Exception, match=r"group_filter \(dynamic_sampling\) reads TokenBatch\.rewards: veRL computes rewards"):
+        actor(*SELECT, f"{ACTOR}.calculate_entropy=True", f"+{ACTOR}.policy_loss.overrides={{group_filter:{{kind:dynamic_sampling}}}}")

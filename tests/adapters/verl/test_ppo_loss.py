@@ -79,3 +79,25 @@ def test_missing_entropy_names_the_flag():
     config = actor_config("stapo", calculate_entropy=True)
     with pytest.raises(ValueError, match=r"masks\[0\] \(s2t\).*calculate_entropy=True"):
         losses.ppo_loss(config=config, model_output=model_output, data=data, dp_group=None)
+
+
+def test_stateful_components_advance_once_per_optimizer_step():
+    """verl calls the loss once per micro-batch; BAPO's state (a step counter) must advance once per optimizer step."""
+    config = actor_config("bapo")
+    compiled = config.policy_loss.rlstab_compiled
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    logprobs, advantages, response_lengths, prompt_lengths = inputs()
+
+    def micro_batch_loss():
+        model_output, data, _, _ = micro_batch(logprobs, torch.zeros(2, 4), advantages, response_lengths, prompt_lengths)
+        losses.ppo_loss(config=config, model_output=model_output, data=data, dp_group=None)
+
+    for _ in range(3):  # three micro-batches of one step
+        micro_batch_loss()
+    assert compiled.state_dict()["surrogate (bapo)"]["steps"] == 1
+    param.grad = torch.ones(1)
+    optimizer.step()
+    micro_batch_loss()
+    micro_batch_loss()
+    assert compiled.state_dict()["surrogate (bapo)"]["steps"] == 2

@@ -1,9 +1,9 @@
 """Knowing when a new optimizer step begins, so stateful components advance once per step.
 
-verl calls the policy loss once per micro-batch and gives it no step index. Stateful components
+verl and OpenRLHF call the policy loss once per micro-batch and give it no step index. Stateful components
 (STARE's controller, BAPO's bounds) must advance once per optimizer step, so the adapter counts
 optimizer steps with torch's global optimizer post-step hook (a public torch API that sees every
-``optimizer.step()`` in the process, including FSDP's) and advances state on the first loss call
+``optimizer.step()`` in the process, including FSDP's and DeepSpeed's inner optimizer) and advances state on the first loss call
 after each one.
 """
 

@@ -1,0 +1,108 @@
+"""The current policy's per-token entropy, detached, from the logits OpenRLHF's actor already has.
+
+OpenRLHF 0.11.2's ``ActorPPOTrainer.training_step`` calls ``Actor.forward(..., return_output=True,
+return_entropy=<--actor.entropy_coef is set>)`` and passes only the log-probs to the loss. With
+``return_entropy=True``, ``Actor.forward`` computes the entropy from its float32,
+temperature-scaled logits with ``compute_entropy`` (full vocabulary, *with* gradient, for the
+entropy bonus), lays it out like the log-probs (un-packing ``--ds.packing_samples`` batches,
+gathering ring-attention shards) and stores it as ``output.entropy``.
+
+rlstab's masks need that entropy, detached, and must not switch on the bonus (which would add a
+second backward through B x T x V). So [`wrap_actor_forward`][rlstab.adapters.openrlhf.entropy.wrap_actor_forward]
+replaces ``Actor.forward`` by a wrapper that, on training forwards only (grad enabled, an
+``action_mask``, ``return_output=True``):
+
+1. asks the original forward for the entropy (``return_entropy=True``) while
+   ``compute_entropy`` *in the actor module's namespace* is switched to
+   [`detached_entropy`][rlstab.adapters.openrlhf.entropy.detached_entropy] (no_grad, in chunks
+   of rows), so OpenRLHF's own code still does the layout, and nothing else changes;
+2. restores ``output.entropy`` to what the caller asked for (absent unless it asked);
+3. attaches the action tokens' entropy ``[B, A]`` to the returned log-prob tensor as
+   ``_rlstab_entropy``, where [`RlstabPolicyLoss`][rlstab.adapters.openrlhf.RlstabPolicyLoss]
+   reads it. The entropy travels with the very tensor the loss receives, so it cannot be
+   paired with another micro-batch's log-probs.
+
+When the caller asked for the entropy itself (``--actor.entropy_coef`` set), OpenRLHF's entropy
+with gradient is computed as usual and a detached view of it is attached: no extra work.
+Forwards under no_grad (old log-probs, reference and EMA models) are left alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from contextvars import ContextVar
+
+import torch
+
+ENTROPY_ATTRIBUTE = "_rlstab_entropy"
+CHUNK_ROWS = 1024
+"""Rows of logits (tokens) per chunk: the temporaries are CHUNK_ROWS x vocabulary floats."""
+
+_DETACHED: ContextVar[bool] = ContextVar("rlstab_openrlhf_detached_entropy", default=False)
+
+
+def detached_entropy(logits: torch.Tensor, chunk_rows: int = CHUNK_ROWS) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dimension, under no_grad, ``chunk_rows`` rows at a time.
+
+    H = logsumexp(z) - sum_v softmax(z)_v z_v, in the logits' dtype (float32 in OpenRLHF's actor).
+    """
+    with torch.no_grad():
+        flat = logits.reshape(-1, logits.shape[-1])
+        out = torch.empty(flat.shape[0], dtype=logits.dtype, device=logits.device)
+        for start in range(0, flat.shape[0], chunk_rows):
+            z = flat[start : start + chunk_rows]
+            lse = torch.logsumexp(z, dim=-1)
+            out[start : start + chunk_rows] = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+        return out.view(logits.shape[:-1])
+
+
+def entropy_of(log_probs: torch.Tensor) -> torch.Tensor | None:
+    """The detached entropy that the wrapped forward attached to ``log_probs``, or None."""
+    return getattr(log_probs, ENTROPY_ATTRIBUTE, None)
+
+
+def switch_compute_entropy(actor_module) -> None:
+    """In ``openrlhf.models.actor``, make ``compute_entropy`` detached while a wrapped forward asks for it."""
+    original = actor_module.compute_entropy
+    if getattr(original, "__rlstab_wrapped__", False):
+        return
+
+    @functools.wraps(original)
+    def compute_entropy(logits):
+        return detached_entropy(logits) if _DETACHED.get() else original(logits)
+
+    compute_entropy.__rlstab_wrapped__ = True
+    actor_module.compute_entropy = compute_entropy
+
+
+def wrap_actor_forward(actor_class) -> None:
+    """Replace ``actor_class.forward`` (OpenRLHF's ``Actor``) by the entropy-attaching wrapper."""
+    original = actor_class.forward
+    if getattr(original, "__rlstab_wrapped__", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def forward(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        arguments = bound.arguments
+        if not (torch.is_grad_enabled() and arguments["action_mask"] is not None and arguments["return_output"]):
+            return original(self, *args, **kwargs)
+        asked = bool(arguments["return_entropy"])
+        arguments["return_entropy"] = True
+        token = _DETACHED.set(not asked)
+        try:
+            log_probs, output = original(*bound.args, **bound.kwargs)
+        finally:
+            _DETACHED.reset(token)
+        entropy = output.entropy
+        if not asked:
+            delattr(output, "entropy")  # the caller did not ask for it: its output stays as it was
+        action_mask = arguments["action_mask"]
+        setattr(log_probs, ENTROPY_ATTRIBUTE, entropy[:, -action_mask.shape[1] :].detach())
+        return log_probs, output
+
+    forward.__rlstab_wrapped__ = True
+    actor_class.forward = forward

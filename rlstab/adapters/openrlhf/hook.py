@@ -1,0 +1,69 @@
+"""Putting the rlstab loss into OpenRLHF 0.11.2, in whichever process builds the trainer.
+
+What is patched, and why each is needed:
+
+1. ``openrlhf.trainer.ray.ppo_actor.PolicyLoss`` -> [`RlstabPolicyLoss`][rlstab.adapters.openrlhf.RlstabPolicyLoss].
+   ``ActorPPOTrainer.__init__`` builds its loss as ``PolicyLoss(...)``, a name that
+   ``ppo_actor`` bound at import (``from openrlhf.models import ... PolicyLoss``); rebinding it
+   in that module is the narrowest change that makes the trainer build the rlstab loss. OpenRLHF
+   has no loss plug-in point.
+2. Only when the objective reads entropy: ``openrlhf.models.actor.Actor.forward`` and that
+   module's ``compute_entropy`` (see [`entropy`][rlstab.adapters.openrlhf.entropy]), because the
+   trainer never passes entropy to the loss and computes it only for its bonus, with gradient.
+
+Both are applied by post-import hooks ([`when_imported`][rlstab.adapters.openrlhf.post_import.when_imported]),
+so processes that never import the trainer (vLLM engines) import nothing of OpenRLHF's.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rlstab.adapters.openrlhf.objective import (
+    OBJECTIVE_ENV,
+    build_objective,
+    objective_from_env,
+    objective_to_env,
+)
+from rlstab.adapters.openrlhf.post_import import when_imported
+from rlstab.objective import Objective
+
+PPO_ACTOR_MODULE = "openrlhf.trainer.ray.ppo_actor"
+ACTOR_MODULE = "openrlhf.models.actor"
+SETUP_HOOK = "rlstab.adapters.openrlhf.hook.setup_hook"
+"""The ``worker_process_setup_hook`` the launcher gives Ray (a ``module.function`` path Ray imports in each worker)."""
+
+
+def install(objective=None) -> Objective:
+    """Make this process's OpenRLHF trainer use the rlstab loss; returns the validated objective.
+
+    ``objective``: a preset, YAML path, dict or Objective, stored in ``$RLSTAB_OPENRLHF_OBJECTIVE``
+    for the loss's constructor; None: the objective already there (set by the launcher).
+    """
+    if objective is None:
+        loaded = objective_from_env()
+    else:
+        loaded = build_objective(objective)
+        os.environ[OBJECTIVE_ENV] = objective_to_env(loaded)
+    when_imported(PPO_ACTOR_MODULE, _use_rlstab_loss)
+    if loaded.compile().readers("entropy"):
+        when_imported(ACTOR_MODULE, _attach_entropy)
+    return loaded
+
+
+def setup_hook() -> None:
+    """Ray's ``worker_process_setup_hook``: [`install`][rlstab.adapters.openrlhf.hook.install] from the environment."""
+    install()
+
+
+def _use_rlstab_loss(ppo_actor) -> None:
+    from rlstab.adapters.openrlhf.loss import RlstabPolicyLoss
+
+    ppo_actor.PolicyLoss = RlstabPolicyLoss
+
+
+def _attach_entropy(actor_module) -> None:
+    from rlstab.adapters.openrlhf.entropy import switch_compute_entropy, wrap_actor_forward
+
+    switch_compute_entropy(actor_module)
+    wrap_actor_forward(actor_module.Actor)

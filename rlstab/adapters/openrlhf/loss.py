@@ -1,0 +1,242 @@
+"""``RlstabPolicyLoss``: OpenRLHF's ``PolicyLoss`` with an rlstab objective deciding the loss.
+
+OpenRLHF 0.11.2's ``ActorPPOTrainer`` builds ``PolicyLoss(clip_eps_low=..., ..., is_correction_threshold=...)``
+in its constructor and calls it once per micro-batch in ``training_step``::
+
+    loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio = actor_loss_fn(
+        action_log_probs, old_action_log_probs, advantages, action_mask=..., rollout_log_probs=...,
+        dp_size=..., batch_num_tokens=..., global_batch_size=...)
+
+This subclass keeps that constructor and that call, maps OpenRLHF's tensors onto a
+[`TokenBatch`][rlstab.TokenBatch] (the only place OpenRLHF's names appear), turns OpenRLHF's global
+counts into the step's denominators, and returns the same 5-tuple with OpenRLHF's meanings.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import torch
+
+from rlstab.adapters.openrlhf.entropy import entropy_of
+from rlstab.adapters.openrlhf.is_correction import ISCorrection
+from rlstab.adapters.openrlhf.objective import build_objective, objective_from_env
+from rlstab.adapters.openrlhf.source import loss_module
+from rlstab.adapters.optimizer_steps import StepTracker
+from rlstab.aggregation import StepCounts, TokenMean
+from rlstab.batch import TokenBatch
+from rlstab.clipping import GSPO, PPOClip
+from rlstab.compiled import CompiledObjective, StepStats
+from rlstab.objective import Objective
+
+_log = logging.getLogger(__name__)
+
+PolicyLoss = loss_module().PolicyLoss
+
+
+class RlstabPolicyLoss(PolicyLoss):
+    """A drop-in ``openrlhf.models.loss.PolicyLoss`` whose policy term is an rlstab objective.
+
+    OpenRLHF's own arguments are accepted, and validated by OpenRLHF's constructor, so that
+    ``ActorPPOTrainer`` builds this class unchanged. The objective's surrogate and aggregation
+    replace ``clip_eps_low``, ``clip_eps_high``, ``dual_clip``, ``token_level_loss`` and
+    ``policy_loss_type`` (a warning lists those that disagree with the objective). The
+    train/rollout importance-sampling correction (``is_correction_level``, ``_mode``,
+    ``_gating``, ``_threshold``) is applied as OpenRLHF applies it (module
+    ``rlstab.adapters.openrlhf.is_correction``).
+
+    Args:
+        objective: a preset name, a YAML path, a dict or an [`Objective`][rlstab.Objective].
+            None: the objective in ``$RLSTAB_OPENRLHF_OBJECTIVE``, which the launcher sets in every
+            Ray worker. This is how the trainer's own ``PolicyLoss(...)`` call, which cannot pass
+            an objective, gets one: the worker's environment is the one channel from the launcher
+            to that constructor, and it is the same in every worker.
+        overrides: fields merged over a preset or YAML ``objective``, as ``extends:`` would.
+    """
+
+    def __init__(
+        self,
+        clip_eps_low: float = 0.2,
+        clip_eps_high: float = 0.2,
+        dual_clip: float | None = None,
+        token_level_loss: bool = True,
+        policy_loss_type: str = "ppo",
+        is_correction_level: str = "off",
+        is_correction_mode: str = "mask",
+        is_correction_gating: str = "ratio",
+        is_correction_threshold=(0.5, 5.0),
+        *,
+        objective: str | dict | Objective | None = None,
+        overrides: dict | None = None,
+    ) -> None:
+        super().__init__(
+            clip_eps_low=clip_eps_low,
+            clip_eps_high=clip_eps_high,
+            dual_clip=dual_clip,
+            token_level_loss=token_level_loss,
+            policy_loss_type=policy_loss_type,
+            is_correction_level=is_correction_level,
+            is_correction_mode=is_correction_mode,
+            is_correction_gating=is_correction_gating,
+            is_correction_threshold=is_correction_threshold,
+        )
+        if objective is None and overrides is None:
+            self.objective = objective_from_env()
+        else:
+            self.objective = build_objective(objective, overrides, label="RlstabPolicyLoss(objective=...)")
+        self.compiled: CompiledObjective = self.objective.compile()
+        low, high = is_correction_threshold
+        self.is_correction = ISCorrection(is_correction_level, is_correction_mode, is_correction_gating, low, high)
+        self.step_tracker = StepTracker()  # stateful components advance once per optimizer step
+        self.last_metrics: dict[str, float] = {}
+        """rlstab's metrics of the last micro-batch (``mask/s2t/silenced``, ``tokens/kept_fraction``, ...)."""
+        ignored = openrlhf_settings_ignored(self)
+        if ignored:
+            _log.warning("rlstab objective %r replaces OpenRLHF's policy loss; ignored: %s",
+                         self.objective.name or "custom", "; ".join(ignored))
+
+    def forward(
+        self,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        action_mask: torch.Tensor | None = None,
+        rollout_log_probs: torch.Tensor | None = None,
+        dp_size: int = 1,
+        batch_num_tokens=None,
+        global_batch_size=None,
+    ):
+        """``(loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio)`` with OpenRLHF's meanings.
+
+        ``clip_ratio``: fraction of valid tokens whose (sequence) ratio the clip range cuts
+        (dual-clipped tokens are not counted, as in OpenRLHF); ``ppo_kl``: mean of
+        ``old_log_probs - log_probs`` over valid tokens; ``vllm_kl`` and ``is_filter_ratio``:
+        OpenRLHF's importance-sampling diagnostics, None when the correction is off.
+        """
+        if action_mask is None:
+            raise ValueError("RlstabPolicyLoss needs action_mask (OpenRLHF's training_step always passes it)")
+        compiled = self.compiled
+        entropy = entropy_of(log_probs)
+        if entropy is None and compiled.readers("entropy"):
+            raise ValueError(
+                f"{', '.join(compiled.readers('entropy'))} of objective {self.objective.name or 'custom'!r} reads the "
+                "per-token entropy, but these log-probs carry none: the rlstab hook did not wrap Actor.forward in this "
+                "process. Start the run with `python -m rlstab.adapters.openrlhf --objective ...`"
+            )
+        if rollout_log_probs is None and compiled.readers("rollout_logprobs"):
+            raise ValueError(
+                f"{', '.join(compiled.readers('rollout_logprobs'))} reads vLLM's log-probabilities, which OpenRLHF "
+                "records only with --algo.advantage.is_correction_level token|seq (its correction then applies too)"
+            )
+        old = old_log_probs
+        is_weights = vllm_kl = is_filter_ratio = None
+        if self.is_correction.enabled:
+            if rollout_log_probs is None:
+                raise ValueError(
+                    f"is_correction_level={self.is_correction.level!r} needs rollout_log_probs, which this call lacks"
+                )
+            if isinstance(self.objective.surrogate, GSPO):
+                old = rollout_log_probs  # OpenRLHF's gspo: the sequence ratio is taken against vLLM's log-probs
+            else:
+                is_weights, vllm_kl, is_filter_ratio = self.is_correction.weights(old_log_probs, rollout_log_probs, action_mask)
+        batch = TokenBatch(
+            logprobs=log_probs,
+            response_mask=action_mask,
+            old_logprobs=old,
+            advantages=advantages,
+            entropy=entropy,
+            rollout_logprobs=rollout_log_probs,
+            is_weights=is_weights,
+        )
+        update_state = self.step_tracker.first_call_of_step()
+        step = step_stats(compiled, batch, dp_size, batch_num_tokens, global_batch_size, update_state)
+        out = compiled(batch, step=step)
+        self.last_metrics = out.metrics
+        metrics = out.metrics
+        clip_ratio = torch.tensor(
+            metrics.get("clip/high_fraction", 0.0) + metrics.get("clip/low_fraction", 0.0),
+            dtype=torch.float32,
+            device=log_probs.device,
+        )
+        valid = batch.response_mask.to(torch.float32)
+        ppo_kl = ((old_log_probs.detach().float() - log_probs.detach().float()) * valid).sum() / valid.sum()
+        return out.loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio
+
+
+def step_stats(
+    compiled: CompiledObjective,
+    batch: TokenBatch,
+    dp_size: int = 1,
+    batch_num_tokens=None,
+    global_batch_size=None,
+    update_state: bool = True,
+) -> StepStats:
+    """The step statistics of one OpenRLHF micro-batch, with OpenRLHF's global counts.
+
+    OpenRLHF's ``aggregate_loss`` divides a token mean by ``batch_num_tokens`` and a sequence
+    mean by ``global_batch_size`` — the step's valid tokens and non-empty responses over every
+    micro-batch of the optimizer step and every data-parallel rank, divided by the
+    gradient-accumulation steps (DeepSpeed scales each micro-batch loss by their inverse) — and
+    multiplies by ``dp_size`` (DeepSpeed averages gradients over ranks). When the count the
+    objective's aggregation divides by is None, OpenRLHF takes the micro-batch's own mean without
+    ``dp_size``, and so does this (the micro-batch is its own step). ``update_state``: advance
+    stateful components (on the optimizer step's first micro-batch only).
+
+    Exact over the step: those counts and ``dp_size``. Per micro-batch, because OpenRLHF runs
+    forward, loss and backward one micro-batch at a time and the current policy's entropy does
+    not exist before its forward: mask thresholds (entropy quantiles), the kept share
+    (``count: kept`` divides by the global count times this micro-batch's kept fraction), and
+    ``seq-mean-token-sum-norm``'s ``max_length`` (this micro-batch's padded length).
+    """
+    uses_tokens = isinstance(compiled.objective.aggregation, TokenMean)
+    total = batch_num_tokens if uses_tokens else global_batch_size
+    local = compiled.gather([batch], distributed=False, update_state=update_state)
+    if total is None:
+        return local
+    c = local.counts
+    tokens = _number(batch_num_tokens)
+    sequences = _number(global_batch_size)
+    tokens_valid = c.tokens_valid if tokens is None else tokens
+    sequences_valid = c.sequences_valid if sequences is None else sequences
+    counts = StepCounts(
+        tokens_valid=tokens_valid,
+        tokens_kept=_share(tokens_valid, c.tokens_kept, c.tokens_valid),
+        sequences_valid=sequences_valid,
+        sequences_kept=_share(sequences_valid, c.sequences_kept, c.sequences_valid),
+        max_length=c.max_length,
+        world_size=int(dp_size),
+    )
+    return replace(local, counts=counts)
+
+
+def openrlhf_settings_ignored(loss: RlstabPolicyLoss) -> list[str]:
+    """OpenRLHF's policy-loss arguments that differ from what the objective does (the objective wins)."""
+    objective, out = loss.objective, []
+    surrogate = objective.surrogate
+    wanted_type = "gspo" if isinstance(surrogate, GSPO) else "ppo"
+    if loss.policy_loss_type != wanted_type:
+        out.append(f"policy_loss_type={loss.policy_loss_type!r} (the objective's surrogate is {surrogate.kind!r})")
+    if isinstance(surrogate, PPOClip | GSPO):
+        if (loss.clip_eps_low, loss.clip_eps_high) != (surrogate.eps_low, surrogate.eps_high):
+            out.append(
+                f"clip range {loss.clip_eps_low:g}/{loss.clip_eps_high:g} (the objective's is "
+                f"{surrogate.eps_low:g}/{surrogate.eps_high:g})"
+            )
+        if loss.dual_clip != surrogate.dual_clip:
+            out.append(f"dual_clip={loss.dual_clip} (the objective's is {surrogate.dual_clip})")
+    token_level = isinstance(objective.aggregation, TokenMean)
+    if loss.token_level_loss != token_level and loss.policy_loss_type != "gspo":
+        out.append(f"loss_agg_mode {'token-mean' if loss.token_level_loss else 'seq-mean-token-mean'} "
+                   f"(the objective aggregates with {objective.aggregation.kind})")
+    return out
+
+
+def _number(value) -> float | None:
+    if value is None:
+        return None
+    return float(value.item() if isinstance(value, torch.Tensor) else value)
+
+
+def _share(total: float, part: float, whole: float) -> float:
+    return total * part / whole if whole > 0 else 0.0

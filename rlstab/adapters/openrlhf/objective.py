@@ -1,0 +1,110 @@
+"""The objective of an OpenRLHF run: loaded, checked against what OpenRLHF can give, and carried to workers.
+
+OpenRLHF builds its ``PolicyLoss`` inside each Ray actor, with its own keyword arguments only.
+The launcher validates the objective in the driver, then hands the *resolved* objective (its
+YAML, ``Objective.to_yaml()``) to every worker in the environment variable
+``RLSTAB_OPENRLHF_OBJECTIVE``; workers rebuild it from that text, so a YAML file named on the
+command line need not exist on the other nodes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from rlstab.aggregation import TokenSum
+from rlstab.errors import ConfigError
+from rlstab.loading import load, parse_yaml
+from rlstab.objective import Objective
+from rlstab.presets import closest_presets, preset_names
+from rlstab.regularisers import EntropyBonus, KLPenalty
+
+OBJECTIVE_ENV = "RLSTAB_OPENRLHF_OBJECTIVE"
+"""Environment variable holding the objective's YAML in every process of the run."""
+
+_UNSUPPORTED_REGULARISERS = {
+    EntropyBonus: "OpenRLHF adds the entropy bonus itself, with gradient: use --actor.entropy_coef",
+    KLPenalty: "OpenRLHF adds the KL loss itself: use --algo.kl.use_loss with --algo.kl.init_coef and --algo.kl.estimator",
+}
+_UNAVAILABLE_FIELDS = {
+    "ref_logprobs": "OpenRLHF's PolicyLoss is not given reference log-probabilities (its KL loss is separate)",
+    "rewards": "OpenRLHF computes rewards and advantages before the loss (use its dynamic filtering and reward "
+    "options, or rlstab.step in your reward function)",
+    "group_ids": "OpenRLHF's PolicyLoss is not given prompt groups",
+}
+
+
+def build_objective(objective: Any, overrides: Any = None, label: str = "--objective") -> Objective:
+    """Load ``objective`` (preset, YAML path, dict or Objective) with ``overrides`` merged over it, and check it.
+
+    Errors are [`ConfigError`][rlstab.ConfigError]s that name ``label`` (the flag or variable
+    the objective came from), the YAML path and the value.
+    """
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(label, [f"overrides = {overrides!r}: must be a mapping of objective fields"])
+    if objective is None and not overrides:
+        raise ConfigError(label, ["required: a preset name (rlstab presets) or an objective YAML path"])
+    if isinstance(objective, str) and not _names_a_preset_or_file(objective):
+        raise ConfigError(label, [f"{objective!r}: neither a preset ({closest_presets(objective)}) nor a .yaml file"])
+    source = objective
+    if overrides:
+        if objective is not None and not isinstance(objective, str):
+            raise TypeError("overrides apply to a preset name or a YAML path; merge them into a dict objective yourself")
+        source = dict(overrides) if objective is None else {"extends": objective, **overrides}
+    try:
+        loaded = load(source)
+    except ConfigError as err:
+        where = label if err.source in ("<dict>", "<yaml text>") else f"{label} -> {err.source}"
+        raise ConfigError(where, err.problems) from None
+    check_supported(loaded, label)
+    return loaded
+
+
+def _names_a_preset_or_file(text: str) -> bool:
+    """A preset name or a .yaml/.yml path (YAML text, with newlines, is passed on to the loader)."""
+    return text in preset_names() or text.endswith((".yaml", ".yml")) or "\n" in text
+
+
+def check_supported(objective: Objective, label: str = "--objective") -> None:
+    """Refuse components that OpenRLHF's loss call cannot feed, with the OpenRLHF flag to use instead."""
+    problems = []
+    for i, reg in enumerate(objective.regularisers):
+        for kind, advice in _UNSUPPORTED_REGULARISERS.items():
+            if isinstance(reg, kind):
+                problems.append(f"regularisers[{i}] ({reg.kind}): not available in OpenRLHF; {advice}")
+    if isinstance(objective.aggregation, TokenSum):
+        problems.append(
+            "aggregation.kind = 'token-sum': not available in OpenRLHF; DeepSpeed divides every micro-batch loss by "
+            "the gradient-accumulation steps, which the loss cannot see. Use token-mean or a seq-mean-* aggregation"
+        )
+    if objective.lr_scale is not None:
+        problems.append(
+            f"lr_scale ({objective.lr_scale.kind}): the OpenRLHF adapter does not rescale the learning rate per step; "
+            "remove lr_scale from the objective"
+        )
+    compiled = objective.compile()
+    for name, advice in _UNAVAILABLE_FIELDS.items():
+        for who in dict.fromkeys(compiled.readers(name)):
+            if not who.startswith("regularisers"):
+                problems.append(f"{who} reads TokenBatch.{name}: {advice}")
+    if problems:
+        raise ConfigError(label, problems)
+
+
+def objective_to_env(objective: Objective) -> str:
+    """The text stored in ``RLSTAB_OPENRLHF_OBJECTIVE``: the resolved objective's YAML."""
+    return objective.to_yaml()
+
+
+def objective_from_env(environ: Mapping[str, str] | None = None) -> Objective:
+    """The objective the launcher put in ``RLSTAB_OPENRLHF_OBJECTIVE``; a clear error when it is absent."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(OBJECTIVE_ENV)
+    if not text:
+        raise ValueError(
+            f"RlstabPolicyLoss was built without an objective and ${OBJECTIVE_ENV} is not set: start the run with "
+            "`python -m rlstab.adapters.openrlhf --objective <preset or YAML> ...`, or pass objective= explicitly"
+        )
+    data = parse_yaml(text, f"${OBJECTIVE_ENV}")
+    return build_objective(data, label=f"${OBJECTIVE_ENV}")
