@@ -7,7 +7,10 @@ What is patched, and why each is needed:
    ``ppo_actor`` bound at import (``from openrlhf.models import ... PolicyLoss``); rebinding it
    in that module is the narrowest change that makes the trainer build the rlstab loss. OpenRLHF
    has no loss plug-in point.
-2. Only when the objective reads entropy: ``openrlhf.models.actor.Actor.forward`` and that
+2. ``ActorPPOTrainer.training_step``: its returned status also carries the loss's metrics
+   (``rlstab/...``), which OpenRLHF averages and logs with its own loggers
+   ([`metrics`][rlstab.adapters.openrlhf.metrics]).
+3. Only when the objective reads entropy: ``openrlhf.models.actor.Actor.forward`` and that
    module's ``compute_entropy`` (see [`entropy`][rlstab.adapters.openrlhf.entropy]), because the
    trainer never passes entropy to the loss and computes it only for its bonus, with gradient.
 
@@ -58,8 +61,10 @@ def setup_hook() -> None:
 
 def _use_rlstab_loss(ppo_actor) -> None:
     from rlstab.adapters.openrlhf.loss import RlstabPolicyLoss
+    from rlstab.adapters.openrlhf.metrics import log_rlstab_metrics
 
     ppo_actor.PolicyLoss = RlstabPolicyLoss
+    log_rlstab_metrics(ppo_actor.ActorPPOTrainer)
 
 
 def _attach_entropy(actor_module) -> None:

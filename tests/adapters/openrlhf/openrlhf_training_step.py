@@ -151,6 +151,8 @@ def one_step(ppo_actor, entropy_coef: str) -> dict:
         "output_has_entropy": hasattr(output, "entropy"),
         "no_grad_forward_has_entropy": hasattr(plain, "_rlstab_entropy"),
         "ppo_clip_ratio": status["metrics"]["ppo_clip_ratio"].item(),
+        "logged_silenced": status["metrics"].get("rlstab/mask/s2t/silenced"),
+        "logged_weight": status["weights"].get("rlstab/mask/s2t/silenced"),
     }
 
 

@@ -48,3 +48,5 @@ def test_setup_hook_makes_the_real_trainer_use_the_rlstab_loss(results, entropy_
     assert r["output_has_entropy"] == (entropy_coef != "none") == r["entropy_loss_logged"]
     assert not r["no_grad_forward_has_entropy"]
     assert r["ppo_clip_ratio"] == 0.0  # on-policy: r = 1
+    # rlstab's metrics ride in training_step's status, which OpenRLHF averages and logs itself
+    assert r["logged_silenced"] == r["metrics"]["mask/s2t/silenced"] and r["logged_weight"] == "token"

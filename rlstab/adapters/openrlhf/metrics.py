@@ -1,0 +1,35 @@
+"""rlstab's metrics in OpenRLHF's own logging.
+
+``ActorPPOTrainer.training_step`` returns ``{"metrics": ..., "weights": ...}``; ``ppo_train``
+averages every metric over micro-batches and data-parallel ranks (weighted by tokens or samples,
+as ``weights`` says) and hands the result to OpenRLHF's loggers (console, wandb, tensorboard).
+Adding the loss's ``last_metrics`` to that dict, token-weighted, puts ``rlstab/mask/s2t/silenced``
+and the rest next to ``policy_loss`` with no logger of ours. Counts are then per-micro-batch
+averages; fractions and thresholds read as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+
+PREFIX = "rlstab/"
+
+
+def log_rlstab_metrics(trainer_class) -> None:
+    """Wrap ``trainer_class.training_step`` to add the rlstab loss's metrics to its status (idempotent)."""
+    original = trainer_class.training_step
+    if getattr(original, "__rlstab_wrapped__", False):
+        return
+
+    @functools.wraps(original)
+    def training_step(self, *args, **kwargs):
+        status = original(self, *args, **kwargs)
+        metrics = getattr(getattr(self, "actor_loss_fn", None), "last_metrics", None)
+        if metrics and isinstance(status, dict) and "metrics" in status and "weights" in status:
+            for name, value in metrics.items():
+                status["metrics"][PREFIX + name] = float(value)
+                status["weights"][PREFIX + name] = "token"
+        return status
+
+    training_step.__rlstab_wrapped__ = True
+    trainer_class.training_step = training_step
