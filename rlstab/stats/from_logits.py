@@ -1,0 +1,141 @@
+"""Per-token log-probabilities and entropy from logits a trainer already has, in one pass.
+
+When the trainer's model returns the ``[..., V]`` logits anyway, the cost left is what the usual
+code does with them: ``log_softmax`` writes a second ``[..., V]`` tensor (and keeps it for
+backward), the entropy writes a softmax and a product of that size, and the backward writes a
+zero tensor for the gather and another for the log-softmax gradient.
+[`token_stats_from_logits`][rlstab.stats.token_stats_from_logits] reads the logits once per chunk
+of tokens into a cache-sized float32 buffer, keeps only each token's log-sum-exp, and in backward
+writes the gradient chunk by chunk straight into the one ``[..., V]`` tensor autograd needs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlstab.stats._chunk import backward_chunk, forward_chunk
+from rlstab.stats.token_stats import _compute_dtype, default_chunk_rows
+
+
+def _load(z: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``z <- max(logits / T, lowest float)`` in z's dtype.
+
+    ``-inf`` logits (a masked vocabulary) become the lowest finite float, so that their
+    probability is exactly 0 and ``0 * log 0`` terms vanish instead of making NaN.
+    """
+    if logits.dtype == z.dtype and temperature != 1.0:
+        torch.div(logits, temperature, out=z)
+    else:
+        z.copy_(logits)
+        if temperature != 1.0:
+            z.div_(temperature)
+    return z.clamp_(min=torch.finfo(z.dtype).min)
+
+
+def _forward(logits, labels, valid, temperature, chunk):
+    n, dtype = logits.shape[0], _compute_dtype(logits)
+    lse = torch.empty(n, dtype=dtype, device=logits.device)
+    logprob, entropy = torch.empty_like(lse), torch.empty_like(lse)
+    rows = min(chunk, n)
+    z_buf = torch.empty(rows, logits.shape[1], dtype=dtype, device=logits.device)
+    e_buf = torch.empty_like(z_buf)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        z = _load(z_buf[: stop - start], logits[start:stop], temperature)
+        lse[start:stop], logprob[start:stop], entropy[start:stop], _ = forward_chunk(
+            z, labels[start:stop], e_buf[: stop - start]
+        )
+    logprob.mul_(valid)
+    return lse, logprob, entropy
+
+
+class _LogitStats(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, labels, valid, temperature, chunk, entropy_grad):
+        lse, logprob, entropy = _forward(logits, labels, valid, temperature, chunk)
+        ctx.save_for_backward(logits, labels, valid, lse, entropy)
+        ctx.temperature, ctx.chunk, ctx.entropy_grad = temperature, chunk, entropy_grad
+        if not entropy_grad:
+            ctx.mark_non_differentiable(entropy)
+        return logprob, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logprob, grad_entropy):
+        logits, labels, valid, lse, entropy = ctx.saved_tensors
+        dtype, n = lse.dtype, logits.shape[0]
+        g = torch.zeros(n, dtype=dtype, device=logits.device) if grad_logprob is None else grad_logprob.to(dtype)
+        g = g * valid
+        g_ent = grad_entropy.to(dtype) if (ctx.entropy_grad and grad_entropy is not None) else None
+        grad = torch.empty_like(logits)
+        # Same dtype: the chunk's gradient is computed in the output's own memory, no buffer.
+        direct = logits.dtype == dtype
+        rows = min(ctx.chunk, n)
+        z_buf = None if direct else torch.empty(rows, logits.shape[1], dtype=dtype, device=logits.device)
+        e_buf = torch.empty(rows, logits.shape[1], dtype=dtype, device=logits.device) if g_ent is not None else None
+        for start in range(0, n, ctx.chunk):
+            stop = min(start + ctx.chunk, n)
+            sl = slice(start, stop)
+            z = _load(grad[sl] if direct else z_buf[: stop - start], logits[sl], ctx.temperature)
+            backward_chunk(
+                z, labels[sl], lse[sl], g[sl],
+                entropy[sl] if g_ent is not None else None,
+                g_ent[sl] if g_ent is not None else None,
+                e_buf[: stop - start] if g_ent is not None else None,
+            )
+            if ctx.temperature != 1.0:
+                z.div_(ctx.temperature)
+            if not direct:
+                grad[sl].copy_(z)
+        return grad, None, None, None, None, None
+
+
+def token_stats_from_logits(
+    logits: torch.Tensor,
+    labels: torch.Tensor | None,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+    entropy_grad: bool = False,
+    ignore_index: int = -100,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Log-probability of each label and entropy of each distribution ``softmax(logits / temperature)``.
+
+    Args:
+        logits: ``[..., V]`` (any float dtype; computed in float32, float64 for float64 input).
+            ``-inf`` entries (masked tokens) have probability 0.
+        labels: ``[...]`` (``logits.shape[:-1]``) token ids, or None for the entropy alone.
+            ``ignore_index`` marks tokens without a label (log-probability 0, no gradient).
+        temperature: the logits are divided by it (> 0), as trainers do before ``log_softmax``.
+        chunk_size: tokens per chunk; None: about 32 MiB of float32 logits per chunk.
+        entropy_grad: give the entropy a gradient (entropy bonus); detached by default.
+        ignore_index: the label value of tokens without a label.
+
+    Returns:
+        ``(logprobs, entropy)`` of ``labels``' shape in float32 (``logprobs`` None without
+        labels). ``logprobs`` carries the gradient to ``logits``.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    shape = logits.shape[:-1]
+    if labels is not None and labels.shape != shape:
+        raise ValueError(f"labels {tuple(labels.shape)} must be logits' shape without its last dimension {tuple(logits.shape)}")
+    flat = logits.reshape(-1, logits.shape[-1])
+    dtype = _compute_dtype(logits)
+    if labels is None:
+        y = torch.zeros(flat.shape[0], dtype=torch.int64, device=logits.device)
+        valid = torch.zeros(flat.shape[0], dtype=dtype, device=logits.device)
+    else:
+        y = labels.reshape(-1)
+        keep = y != ignore_index
+        y = torch.where(keep, y, torch.zeros((), dtype=y.dtype, device=y.device)).to(torch.int64)
+        valid = keep.to(dtype)
+    chunk = chunk_size or default_chunk_rows(logits.shape[-1], torch.finfo(dtype).bits // 8)
+    temperature = float(temperature)
+    needs_graph = torch.is_grad_enabled() and logits.requires_grad and (labels is not None or entropy_grad)
+    if needs_graph:
+        logprob, entropy = _LogitStats.apply(flat, y, valid, temperature, chunk, entropy_grad)
+    else:
+        _, logprob, entropy = _forward(flat, y, valid, temperature, chunk)
+    return (None if labels is None else logprob.view(shape)), entropy.view(shape)
