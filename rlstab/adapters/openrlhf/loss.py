@@ -19,12 +19,13 @@ from dataclasses import replace
 
 import torch
 
+from rlstab.adapters.global_counts import number, with_global_counts
 from rlstab.adapters.openrlhf.entropy import entropy_of
 from rlstab.adapters.openrlhf.is_correction import ISCorrection
 from rlstab.adapters.openrlhf.objective import build_objective, objective_from_env
 from rlstab.adapters.openrlhf.source import loss_module
 from rlstab.adapters.optimizer_steps import StepTracker
-from rlstab.aggregation import StepCounts, TokenMean
+from rlstab.aggregation import TokenMean
 from rlstab.batch import TokenBatch
 from rlstab.clipping import GSPO, PPOClip
 from rlstab.compiled import CompiledObjective, StepStats
@@ -194,17 +195,11 @@ def step_stats(
     local = compiled.gather([batch], distributed=False, update_state=update_state)
     if total is None:
         return local
-    c = local.counts
-    tokens = _number(batch_num_tokens)
-    sequences = _number(global_batch_size)
-    tokens_valid = c.tokens_valid if tokens is None else tokens
-    sequences_valid = c.sequences_valid if sequences is None else sequences
-    counts = StepCounts(
-        tokens_valid=tokens_valid,
-        tokens_kept=_share(tokens_valid, c.tokens_kept, c.tokens_valid),
-        sequences_valid=sequences_valid,
-        sequences_kept=_share(sequences_valid, c.sequences_kept, c.sequences_valid),
-        max_length=c.max_length,
+    counts = with_global_counts(
+        local.counts,
+        tokens=number(batch_num_tokens),
+        sequences=number(global_batch_size),
+        max_length=local.counts.max_length,
         world_size=int(dp_size),
     )
     return replace(local, counts=counts)
@@ -230,13 +225,3 @@ def openrlhf_settings_ignored(loss: RlstabPolicyLoss) -> list[str]:
         out.append(f"loss_agg_mode {'token-mean' if loss.token_level_loss else 'seq-mean-token-mean'} "
                    f"(the objective aggregates with {objective.aggregation.kind})")
     return out
-
-
-def _number(value) -> float | None:
-    if value is None:
-        return None
-    return float(value.item() if isinstance(value, torch.Tensor) else value)
-
-
-def _share(total: float, part: float, whole: float) -> float:
-    return total * part / whole if whole > 0 else 0.0

@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import torch
 
+from rlstab.adapters.global_counts import number, with_global_counts
 from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig
 from rlstab.adapters.verl.model_output import current_dp_group, current_entropy
-from rlstab.aggregation import StepCounts
 from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective, StepStats
 
@@ -104,37 +104,18 @@ def step_stats(
     local = compiled.gather([batch], group=group, distributed=across_ranks, update_state=update_state)
     if not _is_global(info):
         return local
-    c = local.counts
     dp_size = int(info.get("dp_size") or 1)
-    tokens = _number(info.get("batch_num_tokens"))
-    sequences = _number(info.get("global_batch_size"))
+    tokens = number(info.get("batch_num_tokens"))
+    sequences = number(info.get("global_batch_size"))
     if dp_size > 1 and (tokens is None or sequences is None):
         raise ValueError(
             "dp_size > 1 needs the global batch_num_tokens and global_batch_size in config.global_batch_info "
             "(verl's ppo_loss sets them)"
         )
-    tokens_valid = c.tokens_valid if tokens is None else tokens
-    sequences_valid = c.sequences_valid if sequences is None else sequences
     scale_factor = info.get("loss_scale_factor")
-    counts = StepCounts(
-        tokens_valid=tokens_valid,
-        tokens_kept=_share(tokens_valid, c.tokens_kept, c.tokens_valid),
-        sequences_valid=sequences_valid,
-        sequences_kept=_share(sequences_valid, c.sequences_kept, c.sequences_valid),
-        max_length=batch.shape[1] if scale_factor is None else int(scale_factor),
-        world_size=dp_size,
-    )
+    max_length = batch.shape[1] if scale_factor is None else int(scale_factor)
+    counts = with_global_counts(local.counts, tokens=tokens, sequences=sequences, max_length=max_length, world_size=dp_size)
     return replace(local, counts=counts)
-
-
-def _number(value) -> float | None:
-    if value is None:
-        return None
-    return float(value.item() if isinstance(value, torch.Tensor) else value)
-
-
-def _share(total: float, part: float, whole: float) -> float:
-    return total * part / whole if whole > 0 else 0.0
 
 
 def verl_metrics(metrics: dict[str, float]) -> dict[str, float]:
