@@ -12,6 +12,22 @@ over ranks by all-reducing the 65,536-bin count vectors (512 KiB of int64 for th
 there is no size limit. Populations of at most 8,192 values are simply gathered (at most 32 KiB
 over all ranks) and sorted.
 
+Communication per quantile over ``comm``: one int64 all-reduce for the size, then either one
+all-gather of the members (at most 8,192 float32 in all) or the radix passes above: one
+65,536-bin int64 all-reduce (512 KiB) for the high halves, and one more per distinct high bin
+that a wanted order statistic falls in (a quantile needs one or two; adjacent order statistics
+usually share a bin). The volume does not grow with the number of tokens.
+
+Approximate mode (``mode="histogram"``), for very large steps: only the first pass. The order
+statistic is placed inside its high bin by linear interpolation on its rank within the bin, which
+saves the second pass over every value and its all-reduce. A high bin fixes the sign, the
+exponent and the top 7 mantissa bits of a float32, so the result and the exact order statistic
+lie in the same bin, whose width is less than ``2**-7`` times the magnitude of any value in it:
+the absolute error is below ``max(|x| / 128, 2**-133)`` (0.78%; the second term is the width of
+the bins of subnormal numbers, around zero), where ``x`` is the exact order statistic (for
+``linear``/``midpoint``, the larger in magnitude of the two it interpolates). Populations of at
+most ``SORT_LIMIT`` values stay exact.
+
 The result is ``torch.quantile(values, q, interpolation=...)``'s definition (the order statistics
 around the position ``q * (n - 1)``), with the position computed in float64: torch computes it in
 the input's dtype, so for float32 input its "higher"/"nearest" can pick a neighbouring order
@@ -28,6 +44,7 @@ import torch
 from rlstab.comm import Comm
 
 INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
+MODES = ("exact", "histogram")
 
 _BINS = 1 << 16
 
@@ -79,8 +96,11 @@ class Population:
         self._cum_high = torch.cumsum(self._reduce(high), 0)
         self._cum_low: dict[int, torch.Tensor] = {}  # high bin -> cumulative low histogram of its members
 
-    def order_statistic(self, k: int) -> torch.Tensor:
-        """The k-th smallest member (0-based), exactly, as a float32 0-d tensor."""
+    def order_statistic(self, k: int, mode: str = "exact") -> torch.Tensor:
+        """The k-th smallest member (0-based) as a float32 0-d tensor: exactly, or within its
+        high bin (``mode="histogram"``, see the module docstring for the error bound)."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if not 0 <= k < self.size:
             raise IndexError(f"order statistic {k} out of range for {self.size} values")
         if self._sorted is not None:
@@ -88,6 +108,8 @@ class Population:
         target = torch.tensor(k, dtype=torch.int64, device=self._device)
         hi_bin = int(torch.searchsorted(self._cum_high, target, right=True))
         below = int(self._cum_high[hi_bin - 1]) if hi_bin > 0 else 0
+        if mode == "histogram":
+            return self._within_bin(hi_bin, k - below, int(self._cum_high[hi_bin]) - below)
         cum_low = self._cum_low.get(hi_bin)
         if cum_low is None:  # adjacent order statistics usually share a bin: one pass for both
             low = torch.zeros(_BINS, dtype=torch.int64, device=self._device)
@@ -99,30 +121,50 @@ class Population:
         key = ((hi_bin - _BINS // 2) << 16) | lo_bin
         return _key_to_value(key).to(self._device)
 
-    def quantile(self, q: float, interpolation: str = "linear") -> torch.Tensor | None:
-        """The q-quantile of the members, or None when there are none."""
+    def _within_bin(self, hi_bin: int, rank: int, count: int) -> torch.Tensor:
+        """The rank-th of ``count`` members of a high bin, placed linearly between the bin's ends.
+
+        Within a bin the exponent is fixed, so the key and the value are affine in each other and
+        interpolating values is interpolating keys. Member ``r`` of ``c`` sits at ``(r + 0.5) / c``.
+        """
+        first = (hi_bin - _BINS // 2) << 16
+        ends = [float(_key_to_value(first)), float(_key_to_value(first | 0xFFFF))]
+        value = ends[0] + (rank + 0.5) / count * (ends[1] - ends[0])
+        return torch.tensor(value, dtype=torch.float32, device=self._device)
+
+    def quantile(self, q: float, interpolation: str = "linear", mode: str = "exact") -> torch.Tensor | None:
+        """The q-quantile of the members, or None when there are none.
+
+        ``mode="histogram"``: approximate, from the first histogram pass alone (error bound in
+        the module docstring); ``"exact"``: the exact value.
+        """
         if self.size == 0:
             return None
         pos = q * (self.size - 1)
         lo_rank, hi_rank = math.floor(pos), math.ceil(pos)
         frac = pos - lo_rank
         if interpolation == "lower" or frac == 0.0:
-            return self.order_statistic(lo_rank)
+            return self.order_statistic(lo_rank, mode)
         if interpolation == "higher":
-            return self.order_statistic(hi_rank)
+            return self.order_statistic(hi_rank, mode)
         if interpolation == "nearest":
             # torch.quantile rounds half to even on the position.
-            return self.order_statistic(int(round(pos)))
-        lo, hi = self.order_statistic(lo_rank), self.order_statistic(hi_rank)
+            return self.order_statistic(int(round(pos)), mode)
+        lo, hi = self.order_statistic(lo_rank, mode), self.order_statistic(hi_rank, mode)
         if interpolation == "midpoint":
             return torch.lerp(lo, hi, 0.5)
         return torch.lerp(lo, hi, torch.tensor(frac, dtype=torch.float32, device=lo.device))
 
 
 def quantile(
-    values: torch.Tensor, q: float, include: torch.Tensor | None = None, interpolation: str = "linear"
+    values: torch.Tensor,
+    q: float,
+    include: torch.Tensor | None = None,
+    interpolation: str = "linear",
+    mode: str = "exact",
 ) -> torch.Tensor | None:
-    """Exact q-quantile of ``values[include]`` (all values when ``include`` is None)."""
+    """q-quantile of ``values[include]`` (all values when ``include`` is None): exact, or
+    approximate within ``max(|x| / 128, 2**-133)`` with ``mode="histogram"``."""
     if include is None:
         include = torch.ones_like(values, dtype=torch.bool)
-    return Population([(values, include)]).quantile(q, interpolation)
+    return Population([(values, include)]).quantile(q, interpolation, mode)

@@ -57,3 +57,47 @@ def test_beyond_torch_quantile_limit():
     x = x[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
     # position 0.5 * (n - 1) = 8388609.0 exactly; values are their own ranks
     assert quantile(x, 0.5).item() == 8388609.0
+
+
+# ---------------------------------------------------------------- approximate (histogram) mode
+
+
+@pytest.mark.parametrize("interpolation", INTERPOLATIONS)
+@pytest.mark.parametrize("dist", ["normal", "lognormal", "negative", "duplicates", "wide"])
+def test_histogram_mode_within_documented_bound(dist, interpolation):
+    g = torch.Generator().manual_seed(1)
+    n = 50_000
+    x = {
+        "normal": torch.randn(n, generator=g),
+        "lognormal": torch.exp(1.2 * torch.randn(n, generator=g) - 1.5),  # entropy-like
+        "negative": -torch.rand(n, generator=g) * 7,
+        "duplicates": torch.randint(0, 5, (n,), generator=g).float() * 0.3,
+        "wide": torch.randn(n, generator=g) * 10.0 ** torch.randint(-20, 20, (n,), generator=g).float(),
+    }[dist]
+    ordered = x.double().sort().values
+    population = Population([(x, torch.ones(n, dtype=torch.bool))])
+    for q in (0.0, 1e-4, 0.2, 0.5, 0.8, 0.95, 1.0):
+        approx = population.quantile(q, interpolation, mode="histogram").item()
+        exact = population.quantile(q, interpolation).item()
+        pos = q * (n - 1)
+        neighbours = ordered[int(pos)], ordered[min(int(pos) + 1, n - 1)]
+        # max(|x| / 128, 2**-133), x the order statistics used (2**-133: the subnormal bins around 0)
+        bound = max(max(abs(v.item()) for v in neighbours) / 128, 2.0**-133)
+        assert abs(approx - exact) <= bound, (q, approx, exact)
+
+
+def test_histogram_mode_is_exact_for_sorted_populations():
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(2))
+    assert quantile(x, 0.37, mode="histogram").item() == quantile(x, 0.37).item()
+
+
+def test_histogram_mode_places_a_constant_population_within_its_bin(path):
+    x = torch.full((5_000,), 2.5)
+    approx = quantile(x, 0.5, mode="histogram").item()
+    assert abs(approx - 2.5) <= 2.5 / 128 and (path == "radix" or approx == 2.5)
+
+
+def test_unknown_mode_is_refused():
+    x = torch.randn(10)
+    with pytest.raises(ValueError, match="mode"):
+        Population([(x, torch.ones(10, dtype=torch.bool))]).order_statistic(0, mode="approx")

@@ -12,6 +12,6 @@ ranks, and the approximate histogram mode) are [`rlstab.quantile`][rlstab.quanti
 """
 
 from rlstab.stats.from_logits import token_stats_from_logits
-from rlstab.stats.token_stats import default_chunk_rows, token_stats
+from rlstab.stats.lm_head import token_stats
 
-__all__ = ["default_chunk_rows", "token_stats", "token_stats_from_logits"]
+__all__ = ["token_stats", "token_stats_from_logits"]

@@ -13,25 +13,37 @@ from __future__ import annotations
 
 import torch
 
-from rlstab.stats._chunk import backward_chunk, forward_chunk
-from rlstab.stats.token_stats import _compute_dtype, default_chunk_rows
+from rlstab.stats._chunk import LOG2E, backward_chunk, forward_chunk
+from rlstab.stats.lm_head import _compute_dtype
+
+CHUNK_BYTES = 16 << 20
+"""Target size of one chunk's float32 buffer; ``chunk_size=None`` picks the rows from it."""
+
+
+def default_chunk_rows(vocab: int, itemsize: int = 4) -> int:
+    """Rows per chunk so that a chunk of logits takes about ``CHUNK_BYTES`` in the compute dtype.
+
+    Why this size: the chunk's half a dozen passes (copy, max, exp, sums) then run on memory that
+    stays in the last-level cache, while the logits themselves are read from memory once.
+    """
+    return max(1, CHUNK_BYTES // max(1, vocab * itemsize))
 
 
 def _load(z: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``z <- max(logits / T, lowest float)`` in z's dtype.
+    """``z <- max(log2(e) * logits / T, lowest float)`` in z's dtype (logits in bits, see ``_chunk``).
 
     ``-inf`` logits (a masked vocabulary) become the lowest finite float, so that their
     probability is exactly 0 and ``0 * log 0`` terms vanish instead of making NaN.
     """
-    if logits.dtype == z.dtype and temperature != 1.0:
-        torch.div(logits, temperature, out=z)
+    scale = LOG2E / temperature
+    if logits.dtype == z.dtype:
+        torch.mul(logits, scale, out=z)
     else:
-        z.copy_(logits)
-        if temperature != 1.0:
-            z.div_(temperature)
+        z.copy_(logits).mul_(scale)
     return z.clamp_(min=torch.finfo(z.dtype).min)
 
 
+@torch.no_grad()
 def _forward(logits, labels, valid, temperature, chunk):
     n, dtype = logits.shape[0], _compute_dtype(logits)
     lse = torch.empty(n, dtype=dtype, device=logits.device)
@@ -83,7 +95,7 @@ class _LogitStats(torch.autograd.Function):
                 e_buf[: stop - start] if g_ent is not None else None,
             )
             if ctx.temperature != 1.0:
-                z.div_(ctx.temperature)
+                z.div_(ctx.temperature)  # d/dlogits = (d/d(logits / T)) / T
             if not direct:
                 grad[sl].copy_(z)
         return grad, None, None, None, None, None
@@ -106,7 +118,8 @@ def token_stats_from_logits(
         labels: ``[...]`` (``logits.shape[:-1]``) token ids, or None for the entropy alone.
             ``ignore_index`` marks tokens without a label (log-probability 0, no gradient).
         temperature: the logits are divided by it (> 0), as trainers do before ``log_softmax``.
-        chunk_size: tokens per chunk; None: about 32 MiB of float32 logits per chunk.
+        chunk_size: tokens per chunk; None: about 16 MiB of float32 logits per chunk
+            (``default_chunk_rows``).
         entropy_grad: give the entropy a gradient (entropy bonus); detached by default.
         ignore_index: the label value of tokens without a label.
 

@@ -14,8 +14,9 @@ replaces ``Actor.forward`` by a wrapper that, on training forwards only (grad en
 
 1. asks the original forward for the entropy (``return_entropy=True``) while
    ``compute_entropy`` *in the actor module's namespace* is switched to
-   [`detached_entropy`][rlstab.adapters.openrlhf.entropy.detached_entropy] (no_grad, in chunks
-   of rows), so OpenRLHF's own code still does the layout, and nothing else changes;
+   [`detached_entropy`][rlstab.adapters.openrlhf.entropy.detached_entropy] (no_grad, one chunked
+   pass of [`rlstab.stats`][rlstab.stats]), so OpenRLHF's own code still does the layout, and
+   nothing else changes;
 2. restores ``output.entropy`` to what the caller asked for (absent unless it asked);
 3. attaches the action tokens' entropy ``[B, A]`` to the returned log-prob tensor as
    ``_rlstab_entropy``, where [`RlstabPolicyLoss`][rlstab.adapters.openrlhf.RlstabPolicyLoss]
@@ -35,26 +36,25 @@ from contextvars import ContextVar
 
 import torch
 
+from rlstab.stats import token_stats_from_logits
+
 ENTROPY_ATTRIBUTE = "_rlstab_entropy"
-CHUNK_ROWS = 1024
-"""Rows of logits (tokens) per chunk: the temporaries are CHUNK_ROWS x vocabulary floats."""
 
 _DETACHED: ContextVar[bool] = ContextVar("rlstab_openrlhf_detached_entropy", default=False)
 
 
-def detached_entropy(logits: torch.Tensor, chunk_rows: int = CHUNK_ROWS) -> torch.Tensor:
-    """Entropy of softmax(logits) over the last dimension, under no_grad, ``chunk_rows`` rows at a time.
+def detached_entropy(logits: torch.Tensor, chunk_rows: int | None = None) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dimension, detached, ``chunk_rows`` rows at a time.
 
-    H = logsumexp(z) - sum_v softmax(z)_v z_v, in the logits' dtype (float32 in OpenRLHF's actor).
+    H = logsumexp(z) - sum_v softmax(z)_v z_v, by
+    [`token_stats_from_logits`][rlstab.stats.token_stats_from_logits]: one pass over the logits
+    through a cache-sized float32 buffer (``chunk_rows=None``: about 16 MiB of it), instead of a
+    softmax and a product of the logits' full size. Returned in the logits' dtype (float32 in
+    OpenRLHF's actor), as OpenRLHF's ``compute_entropy`` returns it.
     """
     with torch.no_grad():
-        flat = logits.reshape(-1, logits.shape[-1])
-        out = torch.empty(flat.shape[0], dtype=logits.dtype, device=logits.device)
-        for start in range(0, flat.shape[0], chunk_rows):
-            z = flat[start : start + chunk_rows]
-            lse = torch.logsumexp(z, dim=-1)
-            out[start : start + chunk_rows] = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
-        return out.view(logits.shape[:-1])
+        _, entropy = token_stats_from_logits(logits, None, chunk_size=chunk_rows)
+    return entropy.to(logits.dtype)
 
 
 def entropy_of(log_probs: torch.Tensor) -> torch.Tensor | None:
