@@ -12,6 +12,8 @@ medians and ratios against the naive path:
   as its FSDP engine calls them on the un-padded ``[N, V]`` logits (entropy in the graph, unused
   by the loss: what ``calculate_entropy=True`` costs without an entropy bonus). Only when verl is
   installed (run this script with verl's interpreter).
+- verl + rlstab entropy: as verl, with the entropy from ``rlstab.adapters.verl.entropy`` (what
+  the veRL adapter gives an actor whose loss is rlstab's). Only when verl is installed.
 - rlstab (logits): ``logits = h @ W.T``, then ``rlstab.stats.token_stats_from_logits``: one pass
   over logits a trainer already has.
 - rlstab: ``rlstab.stats.token_stats(h, W, labels)``: the logits never exist.
@@ -52,8 +54,10 @@ H = 1024
 VOCABS = {"32k": 32768, "64k": 65536, "152k": 151936}  # 152k: Qwen2/Qwen3's vocabulary
 GIB = 1 << 30
 
-try:  # verl is optional: its path runs only where it is installed
+try:  # verl is optional: its paths run only where it is installed
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+
+    from rlstab.adapters.verl.entropy import entropy_from_logits as rlstab_engine_entropy
 except Exception:  # noqa: BLE001 - any import failure means "no verl"
     entropy_from_logits = logprobs_from_logits = None
 
@@ -84,6 +88,12 @@ def verl(d):
     return lp, entropy
 
 
+def verl_rlstab_entropy(d):
+    logits = d["hidden"] @ d["weight"].T
+    lp = logprobs_from_logits(logits, d["labels"])
+    return lp, rlstab_engine_entropy(logits)
+
+
 def rlstab_logits(d):
     logits = d["hidden"] @ d["weight"].T
     return token_stats_from_logits(logits, d["labels"])
@@ -93,12 +103,19 @@ def rlstab(d):
     return token_stats(d["hidden"], d["weight"], d["labels"])
 
 
-PATHS = {"naive": naive, "verl": verl, "rlstab (logits)": rlstab_logits, "rlstab": rlstab}
-MATERIALISES = {"naive", "verl", "rlstab (logits)"}  # paths that hold [N, V] logits
+PATHS = {
+    "naive": naive,
+    "verl": verl,
+    "verl + rlstab entropy": verl_rlstab_entropy,
+    "rlstab (logits)": rlstab_logits,
+    "rlstab": rlstab,
+}
+VERL_PATHS = {"verl", "verl + rlstab entropy"}
+MATERIALISES = {"naive", "verl", "verl + rlstab entropy", "rlstab (logits)"}  # paths that hold [N, V] logits
 
 
 def available_paths() -> list[str]:
-    return [p for p in PATHS if p != "verl" or logprobs_from_logits is not None]
+    return [p for p in PATHS if p not in VERL_PATHS or logprobs_from_logits is not None]
 
 
 def step(path: str, d) -> None:

@@ -215,7 +215,7 @@ class CompiledObjective:
             several = isinstance(requests[0], list)  # a list of requests: keep() gets a tuple of thresholds
             found = tuple(
                 Population([(v, inc) for v, inc, _ in chunks], comm).quantile(
-                    chunks[0][2], getattr(mask, "interpolation", "linear")
+                    chunks[0][2], getattr(mask, "interpolation", "linear"), self.objective.quantile_mode
                 )
                 for chunks in (zip(*requests) if several else [requests])
             )

@@ -8,7 +8,7 @@ reweighters' factors, l the surrogate, Agg the aggregation, R the regularisers. 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,6 +54,11 @@ class Objective(BaseModel):
     """A factor for the step's learning rate, returned by gather as ``StepStats.lr_scale`` (VCPO)."""
     log_ratio_clamp: float = Field(20.0, gt=0.0, le=80.0)
     """log r is clamped to [-c, c] before exp (veRL uses 20), so a stale token cannot overflow."""
+    quantile_mode: Literal["exact", "histogram"] = "exact"
+    """How the masks' step quantiles (entropy thresholds) are found over all micro-batches and ranks:
+    ``exact`` (default), or ``histogram``: within ``max(|x| / 128, 2**-133)`` of the exact value, one
+    histogram pass and one 512 KiB all-reduce fewer per quantile, for very large steps (see
+    [`rlstab.quantile`][rlstab.quantile]). Steps of at most 8,192 tokens are exact either way."""
 
     def compile(self) -> CompiledObjective:
         """The loss callable: ``loss_fn(batch) -> LossOutput``; see [`CompiledObjective`][rlstab.CompiledObjective]."""

@@ -106,3 +106,22 @@ def test_two_ranks_equal_one_process(name):
         assert thresholds == [None if t is None else t.item() for t in whole_stats.thresholds]
         assert (counts.tokens_valid, counts.tokens_kept) == (whole_stats.counts.tokens_valid, whole_stats.counts.tokens_kept)
         assert counts.world_size == 2
+
+
+def test_histogram_quantile_mode_stays_within_its_bound_of_the_exact_threshold():
+    # 96 x 200 tokens, ~9,600 valid: over the 8,192 that are sorted, so both modes take the radix path.
+    batch = random_batch(B=96, T=200, seed=7)
+    exact = rlstab.load("20-entropy").compile().gather([batch])
+    approx = rlstab.load({"extends": "20-entropy", "quantile_mode": "histogram"}).compile().gather([batch])
+    assert exact.counts.tokens_valid > 8192
+    (e,), (a,) = exact.thresholds, approx.thresholds
+    # rlstab.quantile: |error| < max(|x| / 128, 2**-133), x the larger of the two interpolated order statistics;
+    # their gap is far below |x| here, so |x| / 128 of the threshold with 1% slack bounds it.
+    assert abs(a.item() - e.item()) <= 1.01 * abs(e.item()) / 128
+    assert a.item() != e.item()  # the histogram mode did run
+    assert approx.counts.tokens_valid == exact.counts.tokens_valid
+
+
+def test_quantile_mode_is_validated_with_its_path():
+    with pytest.raises(rlstab.ConfigError, match="quantile_mode"):
+        rlstab.load({"extends": "20-entropy", "quantile_mode": "approximate"})

@@ -14,7 +14,7 @@ What is patched, and why each is needed:
    module's ``compute_entropy`` (see [`entropy`][rlstab.adapters.openrlhf.entropy]), because the
    trainer never passes entropy to the loss and computes it only for its bonus, with gradient.
 
-Both are applied by post-import hooks ([`when_imported`][rlstab.adapters.openrlhf.post_import.when_imported]),
+Both are applied by post-import hooks ([`when_imported`][rlstab.adapters.post_import.when_imported]),
 so processes that never import the trainer (vLLM engines) import nothing of OpenRLHF's.
 """
 
@@ -28,7 +28,7 @@ from rlstab.adapters.openrlhf.objective import (
     objective_from_env,
     objective_to_env,
 )
-from rlstab.adapters.openrlhf.post_import import when_imported
+from rlstab.adapters.post_import import when_imported
 from rlstab.objective import Objective
 
 PPO_ACTOR_MODULE = "openrlhf.trainer.ray.ppo_actor"

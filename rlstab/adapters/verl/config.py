@@ -25,6 +25,7 @@ from rlstab.regularisers import EntropyBonus, KLPenalty
 
 CONFIG_PATH = "actor_rollout_ref.actor.policy_loss"
 STEP_STATISTICS = ("local", "data_parallel")
+ENTROPY_FUNCTIONS = ("rlstab", "verl")
 
 # What verl's loss path cannot give a registered policy loss, and what to use instead.
 _UNSUPPORTED_REGULARISERS = {
@@ -58,12 +59,18 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
             (default): on each micro-batch of each rank, no communication. ``data_parallel``: on the micro-batches of the same index on
             every data-parallel rank together (all-reduces per micro-batch; relies on verl giving
             every rank the same number of micro-batches, which its fsdp engine does).
+        entropy_function: what computes the per-token entropy in the actor's FSDP engine.
+            ``rlstab`` (default): ``rlstab.stats``, one chunked pass over the logits, without
+            the ``[tokens, V]`` softmax autograd would keep
+            ([`entropy`][rlstab.adapters.verl.entropy]). ``verl``: verl's own
+            ``entropy_from_logits``.
     """
 
     loss_mode: str = "rlstab"
     objective: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     step_statistics: str = "local"
+    entropy_function: str = "rlstab"
 
     def __post_init__(self):
         if self.loss_mode != "rlstab":
@@ -74,6 +81,10 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
         if self.step_statistics not in STEP_STATISTICS:
             raise ValueError(
                 f"{CONFIG_PATH}.step_statistics = {self.step_statistics!r}: allowed {', '.join(STEP_STATISTICS)}"
+            )
+        if self.entropy_function not in ENTROPY_FUNCTIONS:
+            raise ValueError(
+                f"{CONFIG_PATH}.entropy_function = {self.entropy_function!r}: allowed {', '.join(ENTROPY_FUNCTIONS)}"
             )
         self._rlstab_objective = build_objective(self.objective, self.overrides)
         self._rlstab_compiled = None

@@ -14,7 +14,8 @@ import verl
 from verl.trainer.ppo.core_algos import register_policy_loss
 from verl.workers.config import ActorConfig
 
-from rlstab.adapters.verl import model_output, startup
+from rlstab.adapters.post_import import when_imported
+from rlstab.adapters.verl import entropy, model_output, startup
 from rlstab.adapters.verl.loss import rlstab_policy_loss
 
 SUPPORTED_VERL = (">=0.9.0", "<0.10")
@@ -35,7 +36,7 @@ def _supported(version: str) -> bool:
 
 
 def install() -> None:
-    """Register ``loss_mode=rlstab``, wrap ``ppo_loss`` and add the ``ActorConfig`` start-up check."""
+    """Register ``loss_mode=rlstab``, wrap ``ppo_loss``, add the ``ActorConfig`` start-up check and the engine entropy."""
     if not _supported(verl.__version__):
         warnings.warn(
             f"rlstab's veRL adapter is tested with verl {','.join(SUPPORTED_VERL)}; this is verl {verl.__version__}",
@@ -44,4 +45,5 @@ def install() -> None:
     register_policy_loss(LOSS_MODE)(rlstab_policy_loss)
     model_output.wrap_ppo_loss(sys.modules)
     startup.add_check(ActorConfig)
+    when_imported("verl.workers.engine_workers", lambda module: entropy.wrap_set_loss_fn(module.TrainingWorker))
     _log.debug("rlstab: policy loss %r registered in verl %s", LOSS_MODE, verl.__version__)

@@ -10,7 +10,6 @@ import torch
 from rlstab.adapters.openrlhf import RlstabPolicyLoss
 from rlstab.adapters.openrlhf.entropy import ENTROPY_ATTRIBUTE, detached_entropy
 from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, build_objective, objective_to_env
-from rlstab.adapters.openrlhf.post_import import when_imported
 from rlstab.errors import ConfigError
 
 
@@ -88,19 +87,6 @@ def test_detached_entropy_is_exact_in_chunks_and_has_no_graph():
     assert not got.requires_grad
     uniform = detached_entropy(torch.zeros(1, 4))
     assert uniform.item() == pytest.approx(math.log(4))  # H of a uniform over 4 = log 4
-
-
-def test_when_imported_runs_after_the_import_or_at_once(tmp_path, monkeypatch):
-    (tmp_path / "rlstab_probe_module.py").write_text("VALUE = 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    seen = []
-    when_imported("rlstab_probe_module", lambda m: seen.append(m.VALUE))
-    assert seen == []
-    import rlstab_probe_module  # noqa: F401
-
-    assert seen == [1]
-    when_imported("rlstab_probe_module", lambda m: seen.append(m.VALUE + 1))
-    assert seen == [1, 2]
 
 
 def test_rollout_reading_components_name_the_openrlhf_flag(monkeypatch):

@@ -105,7 +105,7 @@ def update(tmp_path_factory):
     return get
 
 
-def check_update(result: dict, loss: str) -> None:
+def check_update(result: dict, loss: str, entropy_function: str = "rlstab") -> None:
     """Every parameter moved; veRL's metrics are there, and rlstab's with the rlstab loss."""
     assert result["plugin_loaded_by_import_verl"], "rlstab's verl.plugins entry point: reinstall rlstab"
     unchanged = [k for k in result["before"] if torch.equal(result["before"][k], result["after"][k])]
@@ -123,6 +123,9 @@ def check_update(result: dict, loss: str) -> None:
     assert metrics["actor/pg_clipfrac"][0] == 0.0
     assert abs(metrics["actor/ppo_kl"][0]) < 0.02
     rlstab_keys = [k for k in metrics if k.startswith("actor/rlstab/")]
+    # The engine's entropy function: rlstab's chunked one (set by set_loss_fn) only under rlstab's loss.
+    rlstab_entropy = result["entropy_function"] == "rlstab.adapters.verl.entropy"
+    assert rlstab_entropy == (loss == "rlstab" and entropy_function == "rlstab"), result["entropy_function"]
     if loss == "rlstab":
         # STAPO's S2T mask reads the entropy the engine computed (the loss raises without it), and with
         # the peaked tiny model it silences some positive-advantage, low-probability tokens.
@@ -175,3 +178,15 @@ def test_two_ranks_data_parallel_statistics_match_one_rank_with_the_union_micro_
         assert max_difference(r, union) < 1e-4
     # The scope of the statistics matters on this batch: per-micro-batch statistics move the parameters elsewhere.
     assert max_difference(local, union) > 1e-2
+
+
+def test_rlstab_entropy_in_the_engine_changes_nothing_but_the_memory(update):
+    """The engine's entropy from ``rlstab.stats`` (default) or from veRL's ``entropy_from_logits``
+    (``entropy_function=verl``): the same S2T thresholds and silenced tokens, the same update (fp32)."""
+    (ours,) = update(1, "rlstab", FP32)
+    (verls,) = update(1, "rlstab", FP32 + ["+actor_rollout_ref.actor.policy_loss.entropy_function=verl"])
+    check_update(ours, "rlstab")
+    check_update(verls, "rlstab", entropy_function="verl")
+    for key in ("actor/rlstab/mask/s2t/entropy_threshold", "actor/rlstab/mask/s2t/silenced"):
+        assert ours["metrics"][key] == pytest.approx(verls["metrics"][key], abs=1e-5), key
+    assert max_difference(ours, verls) < 1e-5

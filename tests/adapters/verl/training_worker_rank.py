@@ -415,6 +415,7 @@ def _update(rank: int, world_size: int, port: int, model_path: str, overrides: l
         ),
         "metrics": {k: _plain(v) for k, v in tu.get(output, "metrics").items()},
         "plugin_loaded_by_import_verl": plugin_loaded,
+        "entropy_function": worker.engine.compute_entropy_from_logits.__module__,
     }
 
 

@@ -1,11 +1,14 @@
 """Run a function right after a module is imported (a post-import hook).
 
-Ray's ``worker_process_setup_hook`` runs in *every* worker process at start-up: the policy
-actors, but also the vLLM engines, the reference and reward models. OpenRLHF keeps deepspeed
-and its model code out of the vLLM processes on purpose (``openrlhf/__init__.py``: "No implicit
-imports of deepspeed here to avoid vllm environment gets contaminated"). So the hook must not
-import OpenRLHF's trainer itself; it registers what to patch, and the patch runs when, and only
-if, the process imports the module — in a policy actor, when Ray loads ``PolicyModelActor``.
+An adapter must patch trainer modules that a process may or may not import, and must not import
+them itself:
+
+- OpenRLHF: Ray's ``worker_process_setup_hook`` runs in *every* worker process at start-up (the
+  policy actors, but also the vLLM engines, the reference and reward models), and OpenRLHF keeps
+  deepspeed and its model code out of the vLLM processes on purpose (``openrlhf/__init__.py``).
+  The patch runs when, and only if, the process imports the trainer module.
+- veRL: the adapter is loaded by ``import verl`` in every process; importing verl's worker
+  module from there would add over a second to every ``import verl``.
 
 A finder at the front of ``sys.meta_path`` lets the other finders locate the module as usual
 and wraps its loader's ``exec_module``: the module runs unchanged, then the callbacks run on it.
