@@ -43,10 +43,15 @@ def test_import_verl_registers_rlstab_in_a_fresh_process():
         "assert workers.ppo_loss is losses.ppo_loss and losses.ppo_loss.__rlstab_wrapped__\n"
         "print(POLICY_LOSS_REGISTRY['rlstab'].__module__)\n"
     )
+    assert run_fresh(code) == "rlstab.adapters.verl.loss"
+
+
+def run_fresh(code: str) -> str:
+    """Run ``code`` in a fresh interpreter, with verl's plugin discovery on; its stdout."""
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "rlstab.adapters.verl.loss"
+    return out.stdout.strip()
 
 
 def test_documented_overrides_build_the_objective():

@@ -5,14 +5,11 @@ trains to the same parameters as with veRL's) is in ``test_training_worker.py``;
 and gradients, what autograd keeps, and which configs switch the engine's function.
 """
 
-import os
-import subprocess
-import sys
 from functools import partial
 
 import pytest
 import torch
-from test_config import ACTOR, SELECT, actor
+from test_config import ACTOR, SELECT, actor, run_fresh
 from verl.utils import torch_functional as verl_F
 from verl.workers.utils import losses
 
@@ -103,6 +100,4 @@ def test_set_loss_fn_is_wrapped_when_verls_worker_module_is_imported():
         "assert TrainingWorker.set_loss_fn.__rlstab_wrapped__\n"
         "assert hasattr(TrainingWorker.set_loss_fn, MAGIC_ATTR)\n"
     )
-    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    run_fresh(code)
