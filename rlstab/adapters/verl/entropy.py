@@ -25,6 +25,7 @@ import logging
 
 import torch
 
+from rlstab.adapters.verl.config import RlstabPolicyLossConfig
 from rlstab.stats import token_stats_from_logits
 
 _log = logging.getLogger(__name__)
@@ -60,8 +61,6 @@ def use_rlstab_entropy(engine, loss_fn) -> bool:
 
     Returns whether it did.
     """
-    from rlstab.adapters.verl.config import RlstabPolicyLossConfig
-
     config = getattr(loss_fn, "keywords", {}).get("config")  # partial(ppo_loss, config=actor_config)
     policy_loss = getattr(config, "policy_loss", None)
     if not isinstance(policy_loss, RlstabPolicyLossConfig) or policy_loss.entropy_function != "rlstab":
