@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
+from peak_memory import peak_rise_bytes  # benchmarks/ is on sys.path when a benchmark runs as a script
 
 import rlstab
 
@@ -135,24 +134,10 @@ def time_size(tokens: int, repeats: int, warmup: int) -> dict[str, float]:
     return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
 
 
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field))
-
-
 def peak_extra_mib(tokens: int, name: str) -> float:
     """Rise of peak RSS over one forward + backward of ``name`` in a fresh process (MiB)."""
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import loss_overhead as b;"
-        "run = b.runners(b.make_batch(int(sys.argv[2])))[sys.argv[3]];"
-        "open('/proc/self/clear_refs', 'w').write('5'); base = b._rss_kib('VmRSS');"
-        "run(); print((b._rss_kib('VmHWM') - base) / 1024)"
-    )
-    # A fixed mmap threshold makes glibc return every large block on free, so RSS tracks live tensors.
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 17)}
-    cmd = [sys.executable, "-c", code, sys.path[0], str(tokens), name]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-    return float(out.stdout.strip())
+    setup = "run = b.runners(b.make_batch(int(argv[0])))[argv[1]]"
+    return peak_rise_bytes("loss_overhead", setup, "run()", [str(tokens), name]) / (1 << 20)
 
 
 def fmt(tokens: int) -> str:

@@ -40,13 +40,12 @@ Absolute times mean little on a shared machine; the ratios are the point. Record
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
+from peak_memory import peak_rise_bytes  # benchmarks/ is on sys.path when a benchmark runs as a script
 
 from rlstab.stats import token_stats, token_stats_from_logits
 
@@ -161,26 +160,10 @@ def time_size(n: int, vocab: int, paths: list[str], repeats: int, warmup: int, f
     return {p: statistics.median(ts) for p, ts in times.items()}
 
 
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field))
-
-
 def peak_extra_bytes(n: int, vocab: int, path: str, frozen_head: bool) -> int:
     """Rise of peak RSS over the inputs during one forward + backward of ``path``, in a fresh process."""
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import token_stats as b;"
-        "d = b.make_inputs(int(sys.argv[2]), int(sys.argv[3]), sys.argv[5] == '1');"
-        "open('/proc/self/clear_refs', 'w').write('5'); base = b._rss_kib('VmRSS');"
-        "b.step(sys.argv[4], d); print((b._rss_kib('VmHWM') - base) * 1024)"
-    )
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 17)}
-    here = os.path.dirname(os.path.abspath(__file__))
-    cmd = [sys.executable, "-c", code, here, str(n), str(vocab), path, "1" if frozen_head else "0"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{path} at N={n}, V={vocab}: {out.stderr.strip().splitlines()[-1:]}")
-    return int(out.stdout.strip().splitlines()[-1])
+    setup = "d = b.make_inputs(int(argv[0]), int(argv[1]), argv[3] == '1')"
+    return peak_rise_bytes("token_stats", setup, "b.step(argv[2], d)", [str(n), str(vocab), path, str(int(frozen_head))])
 
 
 def largest_n(extra: int, n: int, vocab: int, frozen_head: bool, budget: int = 24 * GIB) -> int:

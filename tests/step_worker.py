@@ -17,6 +17,18 @@ def take(batch, lo, hi, leaf):
     return rlstab.TokenBatch(**out)
 
 
+def run_step(loss_fn, micro) -> tuple:
+    """Gather the step's statistics over ``micro``, then each micro-batch's loss and backward with
+    them: ``(stats, the summed loss)``."""
+    stats = loss_fn.gather(micro)
+    total = 0.0
+    for mb in micro:
+        out = loss_fn(mb, step=stats)
+        out.loss.backward()
+        total += out.loss.item()
+    return stats, total
+
+
 RANK_SPLITS = {0: [(0, 3), (3, 8)], 1: [(8, 8), (8, 16)]}  # rank 1 has an empty micro-batch
 
 
@@ -28,9 +40,7 @@ def run_rank(rank: int, world: int, port: int, name: str, queue) -> None:
         loss_fn = rlstab.load(name).compile()
         leaf = batch.logprobs.detach().clone().requires_grad_()
         micro = [take(batch, lo, hi, leaf) for lo, hi in RANK_SPLITS[rank]]
-        stats = loss_fn.gather(micro)
-        for mb in micro:
-            loss_fn(mb, step=stats).loss.backward()
+        stats, _ = run_step(loss_fn, micro)
         grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
         # DDP averages gradients over ranks.
         dist.all_reduce(grad)

@@ -10,7 +10,7 @@ import rlstab
 
 import step_worker
 from batches import random_batch
-from step_worker import take
+from step_worker import run_step, take
 
 SPLITS = [(0, 3), (3, 8), (8, 12), (12, 16)]  # 4 uneven micro-batches of a 16-response step
 
@@ -23,12 +23,7 @@ def whole_and_split(name, batch):
 
     split_leaf = batch.logprobs.detach().clone().requires_grad_()
     micro = [take(batch, lo, hi, split_leaf) for lo, hi in SPLITS]
-    stats = loss_fn.gather(micro)
-    total = 0.0
-    for mb in micro:
-        out = loss_fn(mb, step=stats)
-        out.loss.backward()
-        total += out.loss.item()
+    stats, total = run_step(loss_fn, micro)
     return whole, whole_leaf.grad, total, split_leaf.grad, stats
 
 

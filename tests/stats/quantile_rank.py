@@ -17,7 +17,7 @@ from rlstab.comm import Comm
 from rlstab.quantile import INTERPOLATIONS, Population
 
 from batches import random_batch
-from step_worker import take
+from step_worker import run_step, take
 
 QS = (0.0, 0.001, 0.2, 0.5, 0.8, 0.999, 1.0)
 PRESETS = ("20-entropy", "stapo")
@@ -71,12 +71,7 @@ def step_results(rank: int | None, world: int = 1):
         leaf = whole.logprobs.detach().clone().requires_grad_()
         splits = [(0, whole.shape[0])] if rank is None else BATCH_SPLITS[rank]
         micro = [take(whole, lo, hi, leaf) for lo, hi in splits]
-        stats = loss_fn.gather(micro)
-        loss = 0.0
-        for mb in micro:
-            out_mb = loss_fn(mb, step=stats)
-            out_mb.loss.backward()
-            loss += out_mb.loss.item()
+        stats, loss = run_step(loss_fn, micro)
         grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
         if rank is not None:
             dist.all_reduce(grad)  # DDP averages gradients over ranks (so the step loss is the mean too)
