@@ -19,6 +19,9 @@ medians and ratios against the naive path:
 - rlstab: ``rlstab.stats.token_stats(h, W, labels)``: the logits never exist.
 
 ``--frozen-head`` takes no gradient for the LM head (LoRA, frozen or tied-and-frozen heads).
+``--active 0.2`` gives a non-zero upstream gradient to a random 20% of the tokens only (the others
+masked, as under a 20%-entropy mask or in zero-advantage groups): ``token_stats`` leaves the
+masked tokens out of its backward, the other paths do not.
 Paths that materialise ``[N, V]`` logits are skipped where they would not fit in the memory the
 machine has free (``--skip-above``).
 
@@ -61,13 +64,16 @@ except Exception:  # noqa: BLE001 - any import failure means "no verl"
     entropy_from_logits = logprobs_from_logits = None
 
 
-def make_inputs(n: int, vocab: int, frozen_head: bool = False, seed: int = 0) -> dict:
-    """Hidden states, an LM head scaled like a trained one (logits of a few units), labels, upstream grad."""
+def make_inputs(n: int, vocab: int, frozen_head: bool = False, active: float = 1.0, seed: int = 0) -> dict:
+    """Hidden states, an LM head scaled like a trained one (logits of a few units), labels, upstream grad.
+
+    ``active``: the share of tokens whose upstream gradient is not zero (the others are masked).
+    """
     g = torch.Generator().manual_seed(seed)
     hidden = torch.randn(n, H, generator=g).requires_grad_()
     weight = (torch.randn(vocab, H, generator=g) * (3.0 / H**0.5)).requires_grad_(not frozen_head)
     labels = torch.randint(0, vocab, (n,), generator=g)
-    grad = torch.randn(n, generator=g)
+    grad = torch.randn(n, generator=g) * (torch.rand(n, generator=g) < active)
     return dict(hidden=hidden, weight=weight, labels=labels, grad=grad)
 
 
@@ -142,9 +148,9 @@ def fits(path: str, n: int, vocab: int, limit: float) -> bool:
     return 4 * logits_bytes(n, vocab) + 2 * vocab * H * 4 <= limit
 
 
-def time_size(n: int, vocab: int, paths: list[str], repeats: int, warmup: int, frozen_head: bool) -> dict:
+def time_size(n: int, vocab: int, paths: list[str], repeats: int, warmup: int, frozen_head: bool, active: float) -> dict:
     """Median seconds of each path, interleaved repeat by repeat."""
-    d = make_inputs(n, vocab, frozen_head)
+    d = make_inputs(n, vocab, frozen_head, active)
     for _ in range(warmup):
         for p in paths:
             step(p, d)
@@ -160,10 +166,11 @@ def time_size(n: int, vocab: int, paths: list[str], repeats: int, warmup: int, f
     return {p: statistics.median(ts) for p, ts in times.items()}
 
 
-def peak_extra_bytes(n: int, vocab: int, path: str, frozen_head: bool) -> int:
+def peak_extra_bytes(n: int, vocab: int, path: str, frozen_head: bool, active: float) -> int:
     """Rise of peak RSS over the inputs during one forward + backward of ``path``, in a fresh process."""
-    setup = "d = b.make_inputs(int(argv[0]), int(argv[1]), argv[3] == '1')"
-    return peak_rise_bytes("token_stats", setup, "b.step(argv[2], d)", [str(n), str(vocab), path, str(int(frozen_head))])
+    setup = "d = b.make_inputs(int(argv[0]), int(argv[1]), argv[3] == '1', float(argv[4]))"
+    argv = [str(n), str(vocab), path, str(int(frozen_head)), str(active)]
+    return peak_rise_bytes("token_stats", setup, "b.step(argv[2], d)", argv)
 
 
 def largest_n(extra: int, n: int, vocab: int, frozen_head: bool, budget: int = 24 * GIB) -> int:
@@ -209,6 +216,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--frozen-head", action="store_true", help="no gradient for the LM head")
+    p.add_argument("--active", type=float, default=1.0, help="share of tokens with a non-zero upstream gradient")
     p.add_argument("--memory", action="store_true", help="also measure peak extra RSS (a process per path)")
     p.add_argument("--no-time", action="store_true", help="memory only (with --memory)")
     p.add_argument(
@@ -224,6 +232,7 @@ def main() -> None:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, H = {H}, float32, "
         f"{'frozen LM head' if args.frozen_head else 'gradients to hidden states and LM head'}, "
+        f"{args.active:.0%} of tokens with a non-zero upstream gradient, "
         f"median of {args.repeats} repeats; load average at start: {loadavg()}"
         + ("" if logprobs_from_logits is not None else "; verl not installed")
         + "\n"
@@ -240,7 +249,7 @@ def main() -> None:
             run = [q for q in paths if fits(q, n, vocab, limit)]
             row = f"| {fmt(n)} | {fmt(vocab)} |"
             if not args.no_time:
-                sec = time_size(n, vocab, run, args.repeats, args.warmup, args.frozen_head)
+                sec = time_size(n, vocab, run, args.repeats, args.warmup, args.frozen_head, args.active)
                 base = sec.get("naive")
                 row += f" {base:.2f} |" if base else " (skipped) |"
                 for q in cols:
@@ -249,7 +258,7 @@ def main() -> None:
                     else:
                         row += f" {sec[q]:.2f} | {sec[q] / base:.2f} |" if base else f" {sec[q]:.2f} | |"
             if args.memory:
-                mem = {q: peak_extra_bytes(n, vocab, q, args.frozen_head) for q in run}
+                mem = {q: peak_extra_bytes(n, vocab, q, args.frozen_head, args.active) for q in run}
                 for q, extra in mem.items():
                     extras[q, vocab] = (n, extra)
                 row += "".join(f" {mem[q] / GIB:.2f} |" if q in mem else " (skipped) |" for q in paths)

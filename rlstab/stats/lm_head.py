@@ -15,7 +15,9 @@ the hidden states and the LM head, a tile of logits at a time: blocks of ``chunk
 - Backward, per block and tile: the tile's logits are recomputed (one matmul) and turned in place
   into the gradient with respect to them, ``G = g (onehot - p)`` (plus the entropy's term when it
   carries a gradient); then ``grad_h_b += G W_t`` and ``grad_W_t += G^T h_b`` (two matmuls),
-  accumulated in float32 and divided by ``T``.
+  accumulated in float32 and divided by ``T``. Tokens whose upstream gradients are zero (masked
+  out, ignored, zero advantage: most tokens under a 20%-entropy mask) add exactly nothing and
+  are left out of the backward's tiles, so its three matmuls shrink with the share of them.
 
 Why tiles of both tokens and vocabulary, rather than chunks of whole rows: every matmul then has
 at least 1024 rows, columns and depth, which runs at the speed of one big matmul, while a
@@ -150,7 +152,7 @@ class _TokenStats(torch.autograd.Function):
     def backward(ctx, grad_logprob, grad_entropy):
         hidden, weight, labels, valid, lse, entropy, expected = ctx.saved_tensors
         dtype, inv_t, device = lse.dtype, ctx.inv_temperature, hidden.device
-        n, vocab = hidden.shape[0], weight.shape[0]
+        n, hidden_dtype = hidden.shape[0], hidden.dtype
         g = torch.zeros(n, dtype=dtype, device=device) if grad_logprob is None else grad_logprob.to(dtype)
         g = g * valid  # ignored tokens: constant log-prob 0, no gradient
         g_ent = grad_entropy.to(dtype) if (ctx.entropy_grad and grad_entropy is not None) else None
@@ -160,49 +162,69 @@ class _TokenStats(torch.autograd.Function):
             # grad_h_i = g_i (W_{y_i} - E_p[W]) / T
             grad_h = (weight[labels].to(dtype) - expected).mul_((g * inv_t).unsqueeze(1))
             return (grad_h.to(hidden.dtype), None) + none
-        grad_h = torch.empty(hidden.shape, dtype=dtype, device=device) if need_h else None
-        grad_w = None
-        if need_w:  # float32 accumulation; the first block writes, the others add
-            grad_w = (torch.zeros if n == 0 else torch.empty)(weight.shape, dtype=dtype, device=device)
-        size = min(ctx.rows, n) * min(ctx.tile, vocab)
-        z_flat = torch.empty(size, dtype=dtype, device=device)
-        e_flat = torch.empty_like(z_flat) if g_ent is not None else None
-        for start in range(0, n, ctx.rows):
-            stop = min(start + ctx.rows, n)
-            sl = slice(start, stop)
-            h = hidden[sl].to(dtype)
-            h_bits = h * (LOG2E * inv_t)  # the logits in bits, as in the forward
-            h_scaled = h * inv_t if inv_t != 1.0 else h  # grad_W = G^T (h / T)
-            y = labels[sl]
-            for v0, v1 in _tiles(vocab, ctx.tile):
-                w = weight[v0:v1].to(dtype)
-                z = _buffer(z_flat, stop - start, v1 - v0)
-                torch.mm(h_bits, w.t(), out=z)
-                local = y - v0
-                inside = (local >= 0) & (local < v1 - v0)
-                backward_chunk(
-                    z, local.clamp(0, v1 - v0 - 1), lse[sl], g[sl],
-                    entropy[sl] if g_ent is not None else None,
-                    g_ent[sl] if g_ent is not None else None,
-                    _buffer(e_flat, stop - start, v1 - v0) if g_ent is not None else None,
-                    grad_label=g[sl] * inside,
-                )
-                if need_h:
-                    if v0 == 0:
-                        torch.mm(z, w, out=grad_h[sl])
-                    else:
-                        grad_h[sl].addmm_(z, w)
-                if need_w:
-                    if start == 0:
-                        torch.mm(z.t(), h_scaled, out=grad_w[v0:v1])
-                    else:
-                        grad_w[v0:v1].addmm_(z.t(), h_scaled)
-        if need_h and inv_t != 1.0:
-            grad_h.mul_(inv_t)
+        # Tokens whose upstream gradients are all zero (masked out, zero advantage) contribute
+        # exactly nothing: the tiles are computed for the others only.
+        active = g != 0 if g_ent is None else (g != 0) | (g_ent != 0)
+        kept = None if bool(active.all()) else active.nonzero().view(-1)
+        if kept is not None:
+            hidden, labels, lse, g = hidden[kept], labels[kept], lse[kept], g[kept]
+            entropy, g_ent = (entropy[kept], g_ent[kept]) if g_ent is not None else (entropy, None)
+        grad_h, grad_w = _backward(
+            hidden, weight, labels, lse, g, entropy, g_ent, inv_t, ctx.rows, ctx.tile, need_h, need_w
+        )
+        if need_h and kept is not None:
+            grad_h = torch.zeros(n, hidden.shape[1], dtype=dtype, device=device).index_copy_(0, kept, grad_h)
         return (
-            grad_h.to(hidden.dtype) if need_h else None,
+            grad_h.to(hidden_dtype) if need_h else None,
             grad_w.to(weight.dtype) if need_w else None,
         ) + none
+
+
+@torch.no_grad()
+def _backward(hidden, weight, labels, lse, g, entropy, g_ent, inv_t, rows, tile, need_h, need_w):
+    """``(grad_h, grad_W)`` in the compute dtype (None where not needed), a tile of logits at a time."""
+    dtype, device = lse.dtype, hidden.device
+    n, vocab = hidden.shape[0], weight.shape[0]
+    grad_h = torch.empty(hidden.shape, dtype=dtype, device=device) if need_h else None
+    grad_w = None
+    if need_w:  # float32 accumulation; the first block writes, the others add
+        grad_w = (torch.zeros if n == 0 else torch.empty)(weight.shape, dtype=dtype, device=device)
+    size = min(rows, n) * min(tile, vocab)
+    z_flat = torch.empty(size, dtype=dtype, device=device)
+    e_flat = torch.empty_like(z_flat) if g_ent is not None else None
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        sl = slice(start, stop)
+        h = hidden[sl].to(dtype)
+        h_bits = h * (LOG2E * inv_t)  # the logits in bits, as in the forward
+        h_scaled = h * inv_t if inv_t != 1.0 else h  # grad_W = G^T (h / T)
+        y = labels[sl]
+        for v0, v1 in _tiles(vocab, tile):
+            w = weight[v0:v1].to(dtype)
+            z = _buffer(z_flat, stop - start, v1 - v0)
+            torch.mm(h_bits, w.t(), out=z)
+            local = y - v0
+            inside = (local >= 0) & (local < v1 - v0)
+            backward_chunk(
+                z, local.clamp(0, v1 - v0 - 1), lse[sl], g[sl],
+                entropy[sl] if g_ent is not None else None,
+                g_ent[sl] if g_ent is not None else None,
+                _buffer(e_flat, stop - start, v1 - v0) if g_ent is not None else None,
+                grad_label=g[sl] * inside,
+            )
+            if need_h:
+                if v0 == 0:
+                    torch.mm(z, w, out=grad_h[sl])
+                else:
+                    grad_h[sl].addmm_(z, w)
+            if need_w:
+                if start == 0:
+                    torch.mm(z.t(), h_scaled, out=grad_w[v0:v1])
+                else:
+                    grad_w[v0:v1].addmm_(z.t(), h_scaled)
+    if need_h and inv_t != 1.0:
+        grad_h.mul_(inv_t)
+    return grad_h, grad_w
 
 
 def token_stats(

@@ -57,6 +57,43 @@ def test_float64_equals_naive(tiling, temperature, entropy_grad, wrt):
         torch.testing.assert_close(x, r, rtol=1e-10, atol=1e-11)
 
 
+@pytest.mark.parametrize("entropy_grad", [False, True])
+def test_tokens_with_zero_upstream_gradient_are_left_out_of_the_backward(monkeypatch, entropy_grad):
+    # A masked token (upstream gradient 0) adds exactly 0 to both gradients, so the backward's
+    # tiles run on the others only; the gradients still equal the naive path's.
+    hidden, weight, labels = inputs(N=12, V=50)
+    g1 = torch.randn(12, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    g1[[0, 4, 5, 11]] = 0.0
+    g2 = torch.zeros(12, dtype=torch.float64)
+    g2[[4, 7]] = 0.5  # token 4: no log-prob gradient but an entropy gradient
+    seen = []
+    backward = ts._backward
+    monkeypatch.setattr(ts, "_backward", lambda h, *a: seen.append(h.shape[0]) or backward(h, *a))
+
+    def run(fn, **kw):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        lp, ent = fn(h, w, labels, **kw)
+        loss = (lp * g1).sum() + ((ent * g2).sum() if entropy_grad else 0.0)
+        return torch.autograd.grad(loss, [h, w])
+
+    ref = run(naive)
+    got = run(token_stats, chunk_size=5, entropy_grad=entropy_grad)
+    assert seen == [9 if entropy_grad else 8]  # 12 tokens - 4 zeros (+ token 4 for its entropy)
+    for r, x in zip(ref, got):
+        torch.testing.assert_close(x, r, rtol=1e-10, atol=1e-11)
+    skipped = [0, 5, 11] if entropy_grad else [0, 4, 5, 11]
+    assert torch.all(got[0][skipped] == 0)
+
+
+def test_all_upstream_gradients_zero():
+    hidden, weight, labels = inputs()
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    lp, _ = token_stats(h, w, labels)
+    gh, gw = torch.autograd.grad((lp * 0.0).sum(), [h, w])
+    assert gh.shape == h.shape and gw.shape == w.shape
+    assert torch.all(gh == 0) and torch.all(gw == 0)
+
+
 def test_entropy_is_detached_by_default():
     hidden, weight, labels = inputs()
     lp, ent = token_stats(hidden.requires_grad_(), weight, labels)
