@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(command -v python3.11 || command -v python3)
 # RLSTAB_PRUNE_ENVS=1 (set by .ci/run): remove each extra environment once its tests have run, so the
-# disk holds one of them at a time (the largest, vLLM's, ~6 GB) instead of all of them (~15 GB).
+# disk holds one of them at a time (a clone peaks at ~5 GB) instead of all of them (~11 GB).
 done_with() { if [ "${RLSTAB_PRUNE_ENVS:-0}" = 1 ]; then rm -rf "$1"; fi; }
 [ -x .venv-test/bin/python ] || "$PY" -m venv .venv-test
 .venv-test/bin/pip install -q --disable-pip-version-check torch==2.13.0
