@@ -18,7 +18,7 @@ with warnings.catch_warnings():
 
 from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.compiled import CompiledObjective, StepStats
-from rlstab.errors import ConfigError
+from rlstab.errors import ConfigError, StateError
 from rlstab.loading import load
 from rlstab.objective import Objective
 from rlstab.presets import preset_names
@@ -31,6 +31,7 @@ __all__ = [
     "ConfigError",
     "LossOutput",
     "Objective",
+    "StateError",
     "StepStats",
     "TokenBatch",
     "load",

@@ -2,15 +2,19 @@
 
 ``extra="forbid"`` turns a misspelt YAML field into an error instead of a silently ignored key;
 ``strict`` refuses ``true`` for a number and ``"0.2"`` for a float instead of coercing them;
-``frozen`` makes a compiled objective immune to later edits of its config.
+``frozen`` makes a compiled objective immune to later edits of its config. A NaN is refused in
+every field (no comparison with it means anything); ``.inf`` passes only where a field's bounds
+admit it, as a cap that never binds.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import math
+
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 
 class Component(BaseModel):
@@ -23,6 +27,13 @@ class Component(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
     reads: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _not_nan(cls, value: Any) -> Any:
+        if isinstance(value, float) and math.isnan(value):
+            raise ValueError("NaN is not a value (write a number)")
+        return value
 
     def describe(self) -> str:
         """One line: what this component computes, with every parameter."""

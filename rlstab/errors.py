@@ -16,6 +16,10 @@ class ConfigError(ValueError):
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
+class StateError(ValueError):
+    """A ``load_state_dict`` argument that is not a state this objective saved (names the component and field)."""
+
+
 def yaml_path(loc: tuple, data: Any) -> str:
     """``('masks', 0, 's2t', 'tau_p')`` -> ``masks[0].tau_p``.
 

@@ -19,7 +19,7 @@ from rlstab.tokens import Tokens
 class Regulariser(Component):
     """Base class of regularisers (``regularisers:`` in an objective)."""
 
-    coef: float = Field(description="Coefficient of the term in the loss.")
+    coef: float = Field(allow_inf_nan=False, description="Coefficient of the term in the loss (finite).")
 
     def term(self, batch: TokenBatch, t: Tokens) -> torch.Tensor:
         """``[B, T]`` float32 per-token term, with gradient; the loss adds ``coef * Agg(term)``."""

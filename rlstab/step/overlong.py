@@ -42,7 +42,7 @@ class OverlongPenalty(Component):
     """L_max: the generation budget in tokens."""
     buffer: int = Field(4096, ge=1)
     """L_buf: the penalty ramps over the last L_buf tokens of the budget."""
-    penalty_factor: float = Field(1.0, ge=0.0)
+    penalty_factor: float = Field(1.0, ge=0.0, allow_inf_nan=False)
     """c: the penalty at L_max."""
 
     reads = frozenset({"rewards"})
