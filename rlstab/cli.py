@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from rlstab.errors import ConfigError
+from rlstab.errors import ConfigError, one_line
 from rlstab.loading import load
 from rlstab.objective import Objective
 from rlstab.presets import preset_names
@@ -21,28 +21,33 @@ def _cmd_presets(args) -> int:
     return 0
 
 
+def _load_or_report(source: str) -> Objective | None:
+    """The objective, or None after its problems were printed to stderr: never a traceback, whatever the file."""
+    try:
+        return load(source)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - a defect of rlstab's, still one line
+        print(one_line(f"{source}: internal error while loading ({type(err).__name__}: {err}); please report it"), file=sys.stderr)
+    return None
+
+
 def _cmd_validate(args) -> int:
     failed = 0
     for path in args.files:
-        try:
-            objective = load(path)
-        except ConfigError as err:
-            print(err, file=sys.stderr)
-            failed += 1
-        except OSError as err:
-            print(f"{path}: {err.strerror or err}", file=sys.stderr)
+        objective = _load_or_report(path)
+        if objective is None:
             failed += 1
         else:
-            print(f"{path}: ok ({objective.name or 'objective'})")
+            print(one_line(f"{path}: ok ({objective.name or 'objective'})"))
     return 1 if failed else 0
 
 
 def _cmd_explain(args) -> int:
-    try:
-        print(load(args.objective).explain())
-    except ConfigError as err:
-        print(err, file=sys.stderr)
+    objective = _load_or_report(args.objective)
+    if objective is None:
         return 1
+    print(objective.explain())
     return 0
 
 
@@ -77,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a name or path the terminal cannot encode is escaped, not a crash
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -8,9 +8,10 @@ reweighters' factors, l the surrogate, Agg the aggregation, R the regularisers. 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import TYPE_CHECKING, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlstab.advantages import GRPO, AnyAdvantage
@@ -66,9 +67,23 @@ class Objective(BaseModel):
 
         return CompiledObjective(self)
 
+    def fingerprint(self) -> str:
+        """A digest of what the objective computes: sha256 of its canonical JSON, name and description left out.
+
+        [`StepStats`][rlstab.StepStats] carry the fingerprint of the objective that gathered them,
+        and a compiled loss refuses statistics with another one: another objective's thresholds,
+        estimator state and hooks would be read wrongly (or silently dropped). Objectives that
+        differ only in their name or description compute the same thing and share statistics.
+        """
+        data = self.model_dump(exclude={"name", "description"})  # python mode: an infinite bound stays Infinity
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()
+
     def to_yaml(self) -> str:
         """YAML that [`rlstab.load`][rlstab.load] turns back into an equal objective."""
-        return yaml.safe_dump(_kind_first(self.model_dump(mode="json", exclude_none=True)), sort_keys=False)
+        from rlstab.loading.yaml12 import dump_yaml
+
+        return dump_yaml(_kind_first(self.model_dump(mode="json", exclude_none=True)))
 
     def explain(self) -> str:
         """The composed objective as a readable formula with every parameter."""

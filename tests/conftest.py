@@ -1,8 +1,24 @@
-"""Fixtures shared by the tests."""
+"""Fixtures shared by the tests, and the ``--fuzz-long`` option of the fuzz campaigns."""
 
 import pytest
 
+import fuzzing
 from batches import random_batch
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fuzz-long",
+        action="store_true",
+        default=False,
+        help=f"run every fuzz campaign (tests/fuzzing.py's fuzz_settings) with {fuzzing.LONG} times as many examples",
+    )
+
+
+def pytest_configure(config):
+    # Before any test module is imported: the campaigns read fuzzing.scale when they are defined.
+    if config.getoption("--fuzz-long"):
+        fuzzing.scale = fuzzing.LONG
 
 
 @pytest.fixture

@@ -290,3 +290,79 @@ def test_no_command_is_usage_error():
     assert result.returncode == 2
     assert "usage" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# ----------------------------------------------------------------------------- hostile files
+
+
+def hostile_corpus(directory: Path) -> dict[str, bytes | None]:
+    """The files that once gave a traceback, a hang or a forged line: name -> bytes (None: made apart)."""
+    corpus = {
+        "deep_flow.yaml": b"a: " + b"[" * 5000,
+        "deep_map.yaml": b"a: " + b"{a: " * 5000,
+        "deep_block.yaml": "".join(" " * i + "a:\n" for i in range(400)).encode(),
+        "latin1.yaml": "extends: grpo\nname: café\n".encode("latin-1"),
+        "utf16.yaml": "extends: grpo\nname: ok16\n".encode("utf-16"),
+        "utf32.yaml": "extends: grpo\nname: ok32\n".encode("utf-32"),
+        "via_utf16.yaml": b"extends: utf16.yaml\nname: via16\n",
+        "via_latin1.yaml": b"extends: latin1.yaml\n",
+        "complex_key.yaml": b"extends: grpo\n? [a, b]\n: 1\n",
+        "complex_kind_key.yaml": b"extends: grpo\n? {kind: s2t}\n: 1\n",
+        "bigint.yaml": b"extends: grpo\nlog_ratio_clamp: " + b"9" * 5000 + b"\n",
+        "bomb.yaml": "".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}" if i else "x"] * 10) + "]\n" for i in range(9)).encode(),
+        "keys_150k.yaml": b"extends: grpo\n" + b"".join(f"k{i}: 1\n".encode() for i in range(150_000)),
+        "keys_250.yaml": b"extends: grpo\n" + b"".join(f"k{i}: 1\n".encode() for i in range(250)),
+        "newline_key.yaml": b'extends: grpo\n"x\\nforged.yaml: ok (fake)": 1\n',
+        "ansi.yaml": b'extends: grpo\n"\\e[2J\\e[31m": 1\nname: "\\e]0;owned\\a"\nmasks: [{kind: "\\e[1mbold"}]\n',
+        "ansi_raw.yaml": b"extends: grpo\nname: \x1b[31mred\x07\n",
+        "bidi.yaml": "extends: grpo\n\u202eevil: 1\n".encode(),
+        "base60.yaml": b"extends: grpo\nlog_ratio_clamp: 1:20\n",
+        "nul.yaml": b"extends: grpo\x00\n",
+        "bom_only.yaml": b"\xef\xbb\xbf",
+        "empty.yaml": b"",
+        "binary.yaml": bytes(range(256)) * 4,
+        "big.yaml": None,
+    }
+    for name, data in corpus.items():
+        if data is not None:
+            (directory / name).write_bytes(data)
+    with open(directory / "big.yaml", "wb") as f:  # 50 MB, sparse: refused before it is read
+        f.truncate(50 * 2**20)
+    for i in range(1500):  # a chain of 1,500 files, each extending the next
+        (directory / f"chain{i}.yaml").write_text(f"extends: chain{i + 1}.yaml\n" if i < 1499 else "extends: grpo\n")
+    corpus["chain0.yaml"] = None
+    return corpus
+
+
+def test_validate_answers_every_hostile_file_with_clean_lines(tmp_path):
+    corpus = hostile_corpus(tmp_path)
+    names = sorted(corpus)
+    result = run_cli("validate", *names, cwd=tmp_path)  # run_cli's timeout is the guard against a hang
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stdout.splitlines() == ["utf16.yaml: ok (ok16)", "utf32.yaml: ok (ok32)", "via_utf16.yaml: ok (via16)"]
+    lines = result.stderr.splitlines()
+    sources = [line.split(": ", 1)[0] for line in lines]
+    for line in lines:
+        assert line.isprintable(), repr(line)
+        assert len(line) <= 1100, line
+    # Each failing file is answered, at most 11 lines each; an error in an extended file names that file.
+    named_by = {"via_latin1.yaml": "latin1.yaml"}
+    ok = {"utf16.yaml", "utf32.yaml", "via_utf16.yaml"}
+    assert set(sources) == {named_by.get(name, name) for name in names if name not in ok}
+    assert sources.count("latin1.yaml") == 2
+    assert max(sources.count(name) for name in names) == 11  # keys_250.yaml: ten problems, then the count
+    assert "keys_250.yaml: ... and 240 more problems" in lines  # 250 unknown fields: ten shown, the rest counted
+    assert "newline_key.yaml: x\\nforged.yaml: ok (fake): unknown field (value 1); check its spelling" in lines
+
+
+def test_an_internal_error_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    """Should a defect of rlstab's raise anything but a ConfigError, the command still answers in one line."""
+    path = write(tmp_path / "ok.yaml", GOOD)
+    monkeypatch.setattr("rlstab.cli.load", lambda source: (_ for _ in ()).throw(KeyError("\x1b[2J")))
+    assert main(["validate", str(path)]) == 1
+    assert main(["explain", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    expected = f"{path}: internal error while loading (KeyError: '\\x1b[2J'); please report it"
+    assert err.splitlines() == [expected, expected]

@@ -9,7 +9,8 @@ class ExpressionError(ValueError):
     """An expression that cannot be parsed, type-checked or compiled.
 
     ``str(err)`` reads ``unknown name 'entropi' at column 12 (did you mean 'entropy'?)``, then the
-    expression and a caret under the column. ``column`` is 1-based, counted in characters.
+    expression and a caret under the column; ``err.line`` is the first line alone (what an
+    objective's ConfigError shows, one line per problem). ``column`` is 1-based, counted in characters.
     """
 
     def __init__(self, problem: str, text: str, offset: int, hint: str = ""):
@@ -19,10 +20,13 @@ class ExpressionError(ValueError):
         self.hint = hint
         super().__init__(self._format(offset))
 
+    @property
+    def line(self) -> str:
+        """What is wrong and where, on one line: ``unknown name 'entropi' at column 12 (did you mean 'entropy'?)``."""
+        return f"{self.problem} at column {self.column}" + (f" ({self.hint})" if self.hint else "")
+
     def _format(self, offset: int) -> str:
-        line = f"{self.problem} at column {self.column}"
-        if self.hint:
-            line += f" ({self.hint})"
+        line = self.line
         # One line, whatever whitespace the YAML put in, so the caret stays under its column.
         shown = "".join(c if c.isprintable() else " " for c in self.text)
         start = 0

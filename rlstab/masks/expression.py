@@ -60,7 +60,7 @@ class Expression(Mask):
             try:
                 compile_expression(text)
             except ExpressionError as err:
-                raise PydanticCustomError("expression", "{message}", {"message": str(err)}) from None
+                raise PydanticCustomError("expression", "{message}", {"message": err.line}) from None
         return text
 
     @model_validator(mode="after")

@@ -159,7 +159,7 @@ def test_non_strings_are_a_type_error():
 # ---------------------------------------------------------------- through rlstab.load: the YAML path
 
 
-def test_load_names_the_yaml_path_and_points_at_the_column():
+def test_load_names_the_yaml_path_and_the_column_on_one_line():
     yaml_text = """
 aggregation: {kind: token-mean, count: kept}
 masks:
@@ -169,13 +169,11 @@ masks:
 """
     with pytest.raises(rlstab.ConfigError) as info:
         rlstab.load(yaml_text)
-    lines = str(info.value).splitlines()
-    assert lines[0] == (
+    # One line per problem, as every ConfigError (the caret drawing is ExpressionError's own str)
+    assert str(info.value) == (
         "<yaml text>: masks[1].silence = 'advantage > 0 and entropi < 0.5': "
         "unknown name 'entropi' at column 19 (did you mean 'entropy'?)"
     )
-    assert lines[1] == "    advantage > 0 and entropi < 0.5"
-    assert lines[2] == "    " + " " * 18 + "^"
 
 
 def test_load_reports_a_keep_expression_under_keep():
