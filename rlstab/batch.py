@@ -28,12 +28,18 @@ class TokenBatch:
         logprobs: ``[B, T]`` log-probability of each sampled token under the current policy;
             carries the gradient.
         response_mask: ``[B, T]`` True where the token belongs to the response (valid token).
-            Integer or float 0/1 masks are accepted and converted to bool.
+            Integer or float 0/1 masks are accepted and converted to bool; any other value (0.5,
+            -1, NaN) is refused. A row without a response token is a *padding row*: it changes
+            nothing, whatever its other fields hold (its reward and group id included: advantage
+            estimators leave it out and give it advantage 0).
         old_logprobs: ``[B, T]`` log-probabilities under the policy that sampled the batch (the
             "old" policy of PPO). ``None`` means on-policy: ``logprobs.detach()`` is used, so the
             ratio is exactly 1 and only its gradient matters.
         advantages: ``[B]`` (one per response) or ``[B, T]`` (per token). When ``None`` the
             objective's advantage estimator computes them from ``rewards`` and ``group_ids``.
+            Advantages take precedence: with both advantages and rewards in a batch, the
+            estimator does not run and the rewards are ignored (unless a component reads them,
+            as ``group_filter`` does); a compiled objective warns once when nothing reads them.
         entropy: ``[B, T]`` entropy of the policy's next-token distribution, normally detached.
             Masks read it detached; an entropy bonus needs it with gradient.
         rollout_logprobs: ``[B, T]`` log-probabilities reported by the inference engine (vLLM,
@@ -45,6 +51,11 @@ class TokenBatch:
             built-in losses multiply ``pg_losses``; masks, clip metrics and denominators ignore it.
         rewards: ``[B]`` scalar outcome reward of each response.
         group_ids: ``[B]`` integer id of the prompt each response answers (its GRPO group).
+
+    Any layout is accepted (a transposed or column-major buffer, a slice with a step, an
+    ``expand``-ed view): the loss reads contiguous float32 copies where needed and the gradient
+    reaches ``logprobs`` as given. Construction checks shapes, dtypes and devices, and the values
+    of a non-bool ``response_mask`` (one host synchronisation; a bool mask costs none).
     """
 
     logprobs: torch.Tensor
@@ -93,6 +104,15 @@ class TokenBatch:
         if tuple(mask.shape) != (B, T):
             raise BatchError(f"TokenBatch.response_mask must be [B, T] = {[B, T]}, got {list(mask.shape)}")
         if mask.dtype != torch.bool:
+            if mask.is_complex():
+                raise BatchError(f"TokenBatch.response_mask must be bool or 0/1, got {mask.dtype}")
+            off = (mask != 0) & (mask != 1)  # NaN is neither
+            if bool(off.any()):
+                where = off.nonzero()[0].tolist()
+                raise BatchError(
+                    f"TokenBatch.response_mask must hold only 0 and 1 (or be bool): {int(off.sum())} value(s) are "
+                    f"neither, the first at index {where}: {mask[tuple(where)].item()}"
+                )
             self.response_mask = mask != 0
         for name in TOKEN_FIELDS[1:]:
             value = getattr(self, name)

@@ -11,6 +11,10 @@ number of ranks.
 
 Called without ``step``, a micro-batch is its own step (statistics local to it, no communication).
 
+A ``StepStats`` carries the fingerprint of the objective that gathered it, and a loss of any other
+objective refuses it; stateful components (STARE's controller, BAPO's bounds) advance exactly once
+per step on every path, and a call or gather that raises leaves their state as it was.
+
 The policy-gradient term never builds an autograd graph: each surrogate returns its derivative in
 closed form and ``_PrecomputedGrad`` hands it to autograd, so the backward pass is a single
 multiply (see ``benchmarks/loss_overhead.py``).
@@ -19,6 +23,9 @@ multiply (see ``benchmarks/loss_overhead.py``).
 from __future__ import annotations
 
 import copy
+import os
+import sys
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -28,10 +35,18 @@ from rlstab.advantages import Given
 from rlstab.aggregation import StepCounts
 from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.comm import Comm
+from rlstab.errors import StateError
+from rlstab.non_finite import (
+    extremes,
+    finite,
+    non_finite_count,
+    without_bad_padding,
+    without_bad_padding_on_every_rank,
+)
 from rlstab.objective import Objective
 from rlstab.quantile import Population
 from rlstab.step import StepLevel, fit_step_level, shaped_rewards
-from rlstab.tokens import Tokens
+from rlstab.tokens import Tokens, f32
 
 
 @dataclass(frozen=True)
@@ -45,6 +60,11 @@ class StepStats:
         advantage: the fitted estimator state, or None when the batches carried advantages.
         hooks: one step value per reweighter, then one for the surrogate (``begin_step``'s result).
         step_level: the step-level decisions (groups dropped by dynamic sampling, the ESS scale).
+        fingerprint: [`Objective.fingerprint`][rlstab.Objective.fingerprint] of the objective that
+            gathered them: the loss of any objective with another fingerprint refuses them (a
+            BatchError), since its masks, estimator and hooks would read them wrongly. The same
+            objective compiled twice, or loaded under another name, has the same fingerprint.
+        objective_name: that objective's name (``"custom"`` without one), for the message.
     """
 
     counts: StepCounts
@@ -52,6 +72,8 @@ class StepStats:
     advantage: object | None
     hooks: tuple = ()
     step_level: StepLevel = StepLevel()
+    fingerprint: str = ""
+    objective_name: str = ""
 
     @property
     def lr_scale(self) -> float:
@@ -80,7 +102,14 @@ def _label_components(kinds: list[str]) -> list[str]:
 
 
 class CompiledObjective:
-    """The loss of an [`Objective`][rlstab.Objective]: ``loss_fn(batch, step=None) -> LossOutput``."""
+    """The loss of an [`Objective`][rlstab.Objective]: ``loss_fn(batch, step=None) -> LossOutput``.
+
+    Advantages: a batch that carries ``advantages`` is trained on them; the objective's estimator
+    runs only for batches without them (from ``rewards`` and ``group_ids``). With both in a batch
+    the advantages take precedence and the rewards are ignored, unless a component reads them
+    (``group_filter``); the compiled objective then warns once (``UserWarning``), not on every
+    call. Padding rows (no response token) get advantage 0 and never enter the estimator.
+    """
 
     def __init__(self, objective: Objective):
         self.objective = objective
@@ -94,6 +123,9 @@ class CompiledObjective:
         self._hooked.append((f"surrogate ({objective.surrogate.kind})", objective.surrogate))
         self._states = {label: c.initial_state() for label, c in self._hooked}
         self._step_start_states = dict(self._states)  # before the current step's update (for update_state=False)
+        # Who gathered a StepStats: a string compared on every call with step= (it costs nothing).
+        self.fingerprint = objective.fingerprint()
+        self._name = objective.name or "custom"
         # Masks whose rejected tokens become padding (rollout rejection): they restrict what counts as valid.
         self._rejections = [m for m in self.masks if getattr(m, "acts_on_valid", False)]
         # Regularisers average over every valid token, with the objective's aggregation kind.
@@ -112,6 +144,9 @@ class CompiledObjective:
                 step_level.append((f"{name} ({getattr(objective, name).kind})", getattr(objective, name)))
         for who, c in step_level:
             self._reads += [(who, f) for f in sorted(c.reads)]
+        # Advantages in the batch take precedence over rewards: rewards nobody reads are worth one warning.
+        self._reads_rewards = any(f == "rewards" for _, f in self._reads)
+        self._warned_ignored_rewards = False
 
     def __repr__(self) -> str:
         return f"CompiledObjective({self.objective.name or 'custom'})"
@@ -123,15 +158,37 @@ class CompiledObjective:
         return {label: copy.deepcopy(state) for label, state in self._states.items() if state is not None}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict()``; refuses a state saved from a different objective."""
-        expected = {label for label, s in self._states.items() if s is not None}
-        if set(state) != expected:
-            raise ValueError(
-                f"state of components {sorted(state)} does not fit this objective's stateful components {sorted(expected)}"
+        """Restore ``state_dict()``, after checking it: nothing changes when it raises.
+
+        Raises [`StateError`][rlstab.StateError] for a state saved from a different objective
+        (other stateful components), for a state that is not a dict, and for a component state
+        that a run of this objective cannot have produced: each component validates its own
+        (``StepHook.state_model``: the fields and their types, finite values, bounds that depend
+        on its configuration), and the message names the component, the field and the value
+        (``state['surrogate (bapo)'].steps = -5: ...``). Integers are accepted for float fields
+        (a JSON round trip may turn ``1.0`` into ``1``) and stored as floats, so the loaded state
+        behaves exactly as the saved one.
+        """
+        if not isinstance(state, dict):
+            raise StateError(
+                f"load_state_dict needs a dict of component states, as state_dict() returns, got {type(state).__name__}"
             )
-        for label, value in state.items():
-            self._states[label] = copy.deepcopy(value)
+        components = {label: c for label, c in self._hooked if self._states[label] is not None}
+        if set(state) != set(components):
+            raise StateError(
+                f"state of components {sorted(map(str, state))} does not fit this objective's stateful components "
+                f"{sorted(components)}"
+            )
+        loaded = {label: components[label].validated_state(label, value) for label, value in state.items()}
+        for label, value in loaded.items():
+            self._states[label] = value
             self._step_start_states[label] = copy.deepcopy(value)
+
+    def _commit(self, pending: dict) -> None:
+        """Apply the state updates of a step that succeeded (``_begin_step``'s pending updates)."""
+        for label, (before, after) in pending.items():
+            self._step_start_states[label] = before
+            self._states[label] = after
 
     def per_micro_batch(self) -> list[str]:
         """Components that compute their statistics within each micro-batch (``selection: micro_batch``), as
@@ -152,6 +209,8 @@ class CompiledObjective:
         for who, name in self._reads:
             if getattr(batch, name) is None:
                 raise BatchError(f"{who} reads TokenBatch.{name}, which this batch does not carry")
+        if batch.advantages is not None and batch.rewards is not None and not self._reads_rewards:
+            self._warn_ignored_rewards()
         if batch.advantages is None:
             est = self.objective.advantage
             if isinstance(est, Given):
@@ -162,6 +221,20 @@ class CompiledObjective:
                         f"advantage ({est.kind}): the batch has no advantages, and estimating them needs "
                         f"TokenBatch.{name}, which it does not carry"
                     )
+
+    def _warn_ignored_rewards(self) -> None:
+        """Once per compiled objective: a batch with advantages and rewards, whose rewards nothing reads."""
+        if self._warned_ignored_rewards:
+            return
+        self._warned_ignored_rewards = True
+        warnings.warn(
+            f"objective {self._name!r}: the batch carries both advantages and rewards; the advantages take "
+            f"precedence, so the advantage estimator ({self.objective.advantage.kind}) does not run and the rewards "
+            "are ignored (no component of this objective reads them). Leave rewards out of the TokenBatch, or "
+            "leave advantages out to have them estimated. (Warned once per compiled objective.)",
+            UserWarning,
+            stacklevel=_caller_level(),
+        )
 
     def _checked_fields(self, batch: TokenBatch) -> list[str]:
         names = ["logprobs"]
@@ -196,16 +269,40 @@ class CompiledObjective:
         ``torch.distributed`` is initialised. Every rank must call this collectively.
         ``update_state``: advance stateful components by one step (call it once per step with
         True; an adapter that gathers per micro-batch passes False on all but the step's first).
+
+        Inputs are checked as in the loss: a NaN or infinity on a valid token (a reward on a
+        response with response tokens) raises ``FloatingPointError`` naming the field, on every
+        rank; on padding it is ignored. A gather that raises leaves the components' state as it was.
+
+        An empty step: ``gather([])`` in one process returns empty statistics (zero counts, no
+        thresholds, no advantage state) and the state moves as for a step without valid tokens
+        (STARE's controller stays as it is; BAPO counts the step, at its starting bounds). Under
+        ``torch.distributed``, ``[]`` raises ``BatchError`` before any communication: the other
+        ranks would wait in collectives this rank never enters. A rank without data passes one
+        empty micro-batch instead (``B = 0`` tensors), which takes part in every collective.
         """
+        batches = list(batches)
+        comm = Comm(group, distributed)
+        if not batches and comm.distributed:
+            raise BatchError(
+                "gather([]) under torch.distributed: this rank would skip the collectives the other ranks enter "
+                "(a hang). Pass one empty micro-batch instead (TokenBatch with B = 0 tensors)"
+            )
         tokens = [self._tokens(b) for b in batches]
-        stats, _ = self._gather_tokens(tokens, Comm(group, distributed), update_state)
+        stats, _, pending, non_finite = self._gather_tokens(tokens, comm, update_state, check=True)
+        if non_finite:  # some rank has a non-finite input: every rank zeroes its padding (or raises) and redoes the step
+            cleaned = without_bad_padding_on_every_rank(batches, self._checked_fields, comm)
+            stats, _, pending, _ = self._gather_tokens([self._tokens(b) for b in cleaned], comm, update_state)
+        self._commit(pending)
         return stats
 
-    def _gather_tokens(self, tokens: list[Tokens], comm: Comm, update_state: bool = True):
-        """Step statistics, plus each micro-batch's per-mask keeps and kept tokens (reused by the own-step path)."""
+    def _gather_tokens(self, tokens: list[Tokens], comm: Comm, update_state: bool = True, check: bool = False):
+        """Step statistics, each micro-batch's per-mask keeps and kept tokens (reused by the own-step path),
+        the state updates to commit once the step succeeded, and (``check``) the number of non-finite
+        checked inputs over every micro-batch and rank (it rides on the counts' reduction)."""
         step_level = fit_step_level(self.objective, tokens, comm)  # first: dropped groups become padding
         advantage_state = self._set_step_advantages(tokens, comm)
-        hooks = self._begin_step(tokens, comm, update_state)
+        hooks, pending = self._begin_step(tokens, comm, update_state)
         thresholds = []
         for mask in self.masks:
             requests = [mask.quantile_request(t) for t in tokens]
@@ -220,25 +317,29 @@ class CompiledObjective:
                 for chunks in (zip(*requests) if several else [requests])
             )
             thresholds.append(found if several else found[0])
-        masked, local = [], torch.zeros(4, dtype=torch.float64)
+        masked, local = [], torch.zeros(5, dtype=torch.float64)
         max_length = 0
         for t in tokens:
             keeps = self._mask_keeps(t, thresholds)
             kept = _kept(t, keeps)
             masked.append((keeps, kept))
             valid_rows, kept_rows = t.valid.sum(-1), kept.sum(-1)
-            local += torch.stack(
-                [valid_rows.sum(), kept_rows.sum(), (valid_rows > 0).sum(), (kept_rows > 0).sum()]
-            ).to(device="cpu", dtype=torch.float64)
+            sums = [valid_rows.sum(), kept_rows.sum(), (valid_rows > 0).sum(), (kept_rows > 0).sum()]
+            sums.append(non_finite_count(t.batch, self._checked_fields(t.batch)) if check else torch.zeros((), device=t.valid.device))
+            local += torch.stack([s.to(torch.float64) for s in sums]).to(device="cpu")
             max_length = max(max_length, t.valid.shape[-1])
         device = tokens[0].valid.device if tokens else torch.device("cpu")
         totals = comm.sum(local.to(device)).tolist()
         max_length = int(comm.max(torch.tensor(max_length, device=device)))
-        counts = StepCounts(*totals, max_length=max_length, world_size=comm.world_size)
-        return StepStats(counts, tuple(thresholds), advantage_state, hooks, step_level), masked
+        counts = StepCounts(*totals[:4], max_length=max_length, world_size=comm.world_size)
+        stats = StepStats(
+            counts, tuple(thresholds), advantage_state, hooks, step_level, self.fingerprint, self._name
+        )
+        return stats, masked, pending, totals[4] > 0
 
-    def _begin_step(self, tokens: list[Tokens], comm: Comm, update_state: bool) -> tuple:
-        values = []
+    def _begin_step(self, tokens: list[Tokens], comm: Comm, update_state: bool) -> tuple[tuple, dict]:
+        """Each hooked component's step value, and the state updates to commit when the step succeeds."""
+        values, pending = [], {}
         for label, component in self._hooked:
             parts = [component.step_sums(t) for t in tokens]
             sums = None
@@ -248,10 +349,9 @@ class CompiledObjective:
             before = self._states[label] if update_state else self._step_start_states.get(label, self._states[label])
             value, state = component.begin_step(sums, before)
             if update_state:
-                self._step_start_states[label] = before
-                self._states[label] = state
+                pending[label] = (before, state)
             values.append(value)
-        return tuple(values)
+        return tuple(values), pending
 
     def _set_step_advantages(self, tokens: list[Tokens], comm: Comm) -> object | None:
         given = [t.batch.advantages is not None for t in tokens]
@@ -264,10 +364,16 @@ class CompiledObjective:
         est = self.objective.advantage
         rewards = comm.cat(torch.cat([shaped_rewards(self.objective, t.batch) for t in tokens]))
         group_ids = comm.cat(torch.cat([t.batch.group_ids.to(torch.int64) for t in tokens]))
-        lengths = comm.cat(torch.cat([t.valid.sum(-1) for t in tokens]))
-        state = est.fit(rewards, group_ids, lengths)
+        # Per response: its valid tokens, and whether it has any response token at all (a padding row,
+        # which the estimator leaves out, has none), interleaved so that one concatenation carries both.
+        rows = comm.cat(torch.cat([
+            torch.stack([t.valid.sum(-1), _responses(t.batch).to(torch.float32)], -1).reshape(-1) for t in tokens
+        ])).reshape(-1, 2)
+        lengths, responses = rows[:, 0], rows[:, 1] > 0
+        state = est.fit(rewards, group_ids, lengths, responses)
         for t in tokens:
-            t.set_advantages(est.apply(state, shaped_rewards(self.objective, t.batch), t.batch.group_ids))
+            rewards = shaped_rewards(self.objective, t.batch)
+            t.set_advantages(est.apply(state, rewards, _group_ids(t.batch), _responses(t.batch)))
         return state
 
     def _mask_keeps(self, t: Tokens, thresholds) -> list[torch.Tensor]:
@@ -276,24 +382,43 @@ class CompiledObjective:
     # ------------------------------------------------------------------ phase 2
 
     def __call__(self, batch: TokenBatch, step: StepStats | None = None) -> LossOutput:
-        """The loss of one micro-batch: its share of ``step`` (or its own step when None)."""
-        out = self._call(batch, step)
-        if isinstance(out, LossOutput):
-            return out
-        out = self._call(self._without_bad_padding(batch, out), step)
-        assert isinstance(out, LossOutput), "non-finite inputs remained after zeroing the padding"
+        """The loss of one micro-batch: its share of ``step`` (or its own step when None).
+
+        ``step`` must come from this objective's ``gather`` (or that of an objective with the same
+        fingerprint); any other raises ``BatchError``. Without ``step`` the micro-batch is its
+        own step, and stateful components advance by one step once the loss is computed (not at
+        all when it raises).
+        """
+        if step is not None:
+            self._check_step(step)
+        out, pending = self._call(batch, step)
+        if not isinstance(out, LossOutput):  # non-finite inputs: zero those on padding (or raise) and redo the step
+            out, pending = self._call(without_bad_padding(batch, out), step)
+            assert isinstance(out, LossOutput), "non-finite inputs remained after zeroing the padding"
+        self._commit(pending)
         return out
 
-    def _call(self, batch: TokenBatch, step: StepStats | None) -> LossOutput | list[str]:
+    def _check_step(self, step: StepStats) -> None:
+        if not isinstance(step, StepStats):
+            raise BatchError(f"step must be the StepStats that gather returned, got {type(step).__name__}")
+        if step.fingerprint != self.fingerprint:
+            who = f"objective {step.objective_name!r}" if step.fingerprint else "no objective's gather"
+            raise BatchError(
+                f"these StepStats were gathered by {who}, not by this one ({self._name!r}): gather the step "
+                "with the objective whose loss you compute"
+            )
+
+    def _call(self, batch: TokenBatch, step: StepStats | None) -> tuple[LossOutput | list[str], dict]:
         t = self._tokens(batch)
+        pending = {}
         if step is None:
-            step, ((keeps, kept),) = self._gather_tokens([t], Comm(distributed=False))
+            step, ((keeps, kept),), pending, _ = self._gather_tokens([t], Comm(distributed=False))
         else:
             step.step_level.restrict(t)
             self._set_micro_batch_advantages(t, step)
             keeps = self._mask_keeps(t, step.thresholds)
             kept = _kept(t, keeps)
-        return self._loss(batch, t, step, keeps, kept)
+        return self._loss(batch, t, step, keeps, kept), pending
 
     def _set_micro_batch_advantages(self, t: Tokens, step: StepStats) -> None:
         batch = t.batch
@@ -301,7 +426,7 @@ class CompiledObjective:
             if batch.advantages is not None:
                 raise BatchError("the step's advantages were estimated, but this micro-batch carries its own")
             rewards = shaped_rewards(self.objective, batch)
-            t.set_advantages(self.objective.advantage.apply(step.advantage, rewards, batch.group_ids))
+            t.set_advantages(self.objective.advantage.apply(step.advantage, rewards, _group_ids(batch), _responses(batch)))
         else:
             if batch.advantages is None:
                 raise BatchError("the step was gathered from batches with advantages; this one has none")
@@ -320,9 +445,9 @@ class CompiledObjective:
 
         n_valid = t.valid.sum()
         n_valid_safe = n_valid.clamp(min=1.0)
-        valid_flat = t.valid.view(-1)
+        valid_flat = t.valid.reshape(-1)
         if self._rejections:  # their counts are over the tokens before any rejection
-            before_flat = step.step_level.response_tokens(batch).view(-1)
+            before_flat = step.step_level.response_tokens(batch).reshape(-1)
             n_before = before_flat.sum()
         for label, mask, k, thr in zip(self.mask_labels, self.masks, keeps, step.thresholds):
             base, n_base = (before_flat, n_before) if mask in self._rejections else (valid_flat, n_valid)
@@ -341,10 +466,8 @@ class CompiledObjective:
         row_tokens = (kept if agg.count == "kept" else t.valid).sum(-1)
         weight = kept * agg.scale(counts, row_tokens)
         if batch.is_weights is not None:
-            w = batch.is_weights.detach().to(torch.float32)
+            w = f32(batch.is_weights)
             weight = weight * (w.unsqueeze(-1) if w.dim() == 1 else w)
-        if len(step.hooks) != len(self._hooked):
-            raise BatchError("these StepStats were not gathered by this objective (their component hooks differ)")
         n_kept = kept.sum()
         for label, reweighter, value in zip(self.reweighter_labels, self.reweighters, step.hooks):
             factor = reweighter.weights(t, value)
@@ -387,41 +510,37 @@ class CompiledObjective:
 
         # Input checks ride on the metrics' host transfer: one sync per micro-batch.
         checked = self._checked_fields(batch)
-        # min and max are finite iff every value is (NaN propagates); a sum could overflow.
-        tensors = [getattr(batch, f).detach() for f in checked]
-        extremes = [v for x in tensors if x.numel() for v in torch.aminmax(x)]
         device = t.valid.device
-        host = torch.stack([v.detach().to(device, torch.float32).reshape(()) for v in values + [loss] + extremes])
+        host = [v.detach().to(device, torch.float32).reshape(()) for v in values + [loss] + extremes(batch, checked)]
+        host = torch.stack(host)
         host = host.tolist()
-        if not all(map(_finite, host[len(names) + 1 :])):
+        if not all(map(finite, host[len(names) + 1 :])):
             return checked
         metrics = dict(zip(names, host[: len(names)]))
         metrics["loss"] = host[len(names)]
-        if not _finite(metrics["loss"]):
+        if not finite(metrics["loss"]):
             raise FloatingPointError(f"the loss is not finite although every input is; metrics: {metrics}")
         return LossOutput(loss=loss, metrics=metrics)
 
-    @staticmethod
-    def _without_bad_padding(batch: TokenBatch, checked: list[str]) -> TokenBatch:
-        """Zero non-finite inputs on padding; non-finite inputs on valid tokens are an error."""
-        mask = batch.response_mask
-        replace = {}
-        for name in checked:
-            value = getattr(batch, name)
-            bad = ~torch.isfinite(value.detach().to(torch.float32))  # as the loss will see it
-            if not bad.any():
-                continue
-            on_valid = bad & (mask.any(-1) if value.dim() == 1 else mask)
-            if on_valid.any():
-                where = on_valid.nonzero()[0].tolist()
-                raise FloatingPointError(
-                    f"TokenBatch.{name} has {int(on_valid.sum())} value(s) on valid tokens that are not finite in float32 "
-                    f"(first at index {where}: {value[tuple(where)].item()})"
-                )
-            replace[name] = torch.where(bad, torch.zeros((), dtype=value.dtype, device=value.device), value)
-        fields = {f: getattr(batch, f) for f in batch.__dataclass_fields__}
-        fields.update(replace)
-        return TokenBatch(**fields)
+
+
+def _responses(batch: TokenBatch) -> torch.Tensor:
+    """``[B]`` bool: the responses with at least one response token; the others are padding rows."""
+    return batch.response_mask.any(-1)
+
+
+def _group_ids(batch: TokenBatch) -> torch.Tensor:
+    """``[B]`` int64, contiguous (``searchsorted`` copies, and warns about, a strided input)."""
+    return batch.group_ids.to(torch.int64).contiguous()
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside rlstab, as seen from a function that calls ``warnings.warn``."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _kept(t: Tokens, keeps: list[torch.Tensor]) -> torch.Tensor:
@@ -430,7 +549,3 @@ def _kept(t: Tokens, keeps: list[torch.Tensor]) -> torch.Tensor:
     for k in keeps:
         kept.mul_(k)
     return kept
-
-
-def _finite(x: float) -> bool:
-    return x == x and x not in (float("inf"), float("-inf"))

@@ -9,12 +9,13 @@ admit it, as a cap that never binds.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
-import math
-
 import torch
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from rlstab.errors import StateError, short
 
 
 class Component(BaseModel):
@@ -40,6 +41,23 @@ class Component(BaseModel):
         raise NotImplementedError
 
 
+class ComponentState(BaseModel):
+    """Base of a stateful component's state model: the fields a saved state must have, nothing else.
+
+    ``strict`` refuses ``"1.1"`` for a float and ``1`` for a bool (an int is accepted for a float,
+    as a JSON round trip may write ``1.0`` as ``1``, and stored as a float); NaN and infinities
+    are refused. Validators that depend on the component's configuration (a bound such as STARE's
+    ``w_max``) find the component in ``info.context["component"]``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def configured(info) -> Any:
+    """The component a state is validated for (``info.context["component"]``), or None outside ``load_state_dict``."""
+    return (info.context or {}).get("component")
+
+
 class StepHook:
     """Optional step-level behaviour of a reweighter or surrogate (STARE's gate, BAPO's bounds).
 
@@ -47,7 +65,15 @@ class StepHook:
     calls ``begin_step`` with the totals and the component's state (which it keeps, and saves in
     ``state_dict()``); the returned step value is handed to the component on every micro-batch.
     Components without step-level behaviour inherit these no-ops.
+
+    A component with a state declares its ``state_model`` (a [`ComponentState`][rlstab.components.ComponentState]),
+    so that ``load_state_dict`` refuses, with a message naming the field and the value, a state
+    that a run of this component cannot have produced, before it can fail (or silently
+    misbehave) steps later: a missing key would be a ``KeyError`` in the middle of a step, a NaN
+    bound a NaN loss.
     """
+
+    state_model: ClassVar[type[ComponentState] | None] = None
 
     def step_sums(self, t) -> torch.Tensor | None:
         """A 1-D float64 tensor of sums over this micro-batch's tokens, or None (no step statistics)."""
@@ -58,9 +84,51 @@ class StepHook:
         return None
 
     def begin_step(self, sums: torch.Tensor | None, state: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
-        """``(step_value, new_state)`` from the step's totals; called once per step."""
+        """``(step_value, new_state)`` from the step's totals; called once per step.
+
+        ``sums`` is None for a step without micro-batches (``gather([])``): the state must then
+        move as for a step without valid tokens.
+        """
         return None, state
+
+    def validated_state(self, label: str, state: Any) -> dict[str, Any]:
+        """``state`` (as loaded from a checkpoint) checked against ``state_model``, as plain values.
+
+        Raises [`StateError`][rlstab.StateError] naming ``label``, the field and the value:
+        ``state['surrogate (bapo)'].steps = -5: Input should be greater than or equal to 0``.
+        """
+        if self.state_model is None:
+            raise StateError(f"state[{label!r}]: this component keeps no state")
+        if not isinstance(state, dict):
+            raise StateError(
+                f"state[{label!r}] = {short(state)}: a component's state is a dict (as state_dict() saves it), "
+                f"got {type(state).__name__}"
+            )
+        try:
+            model = self.state_model.model_validate(state, context={"component": self})
+        except ValidationError as err:
+            raise StateError("; ".join(_state_problems(label, self.state_model, err))) from None
+        return model.model_dump()
 
     def step_metrics(self, step_value: Any) -> dict[str, float]:
         """Metrics of the step value (e.g. whether a gate is open), without the component prefix."""
         return {}
+
+
+def _state_problems(label: str, model: type[ComponentState], err: ValidationError) -> list[str]:
+    """One message per field (a union reports each of its alternatives: the first one is kept)."""
+    problems, seen = [], set()
+    for e in err.errors(include_url=False):
+        field = str(e["loc"][0]) if e["loc"] else "<state>"
+        if field in seen:
+            continue
+        seen.add(field)
+        where = f"state[{label!r}].{field}"
+        if e["type"] == "missing":
+            problems.append(f"{where}: required field is missing")
+        elif e["type"] == "extra_forbidden":
+            problems.append(f"{where} = {short(e['input'])}: unknown field (the state has {', '.join(model.model_fields)})")
+        else:
+            message = e["msg"].removeprefix("Value error, ")
+            problems.append(f"{where} = {short(e['input'])}: {message}")
+    return problems

@@ -2,7 +2,14 @@
 
 Components never touch a [`TokenBatch`][rlstab.TokenBatch] directly: they read a ``Tokens``, in which
 every tensor is float32 (whatever the trainer's dtype), detached (gradients are handled by the
-compiled loss), laid out ``[B, T]``, and the 0/1 masks are float so that masking is a multiply.
+compiled loss), laid out ``[B, T]`` and contiguous, and the 0/1 masks are float so that masking is a
+multiply.
+
+Contiguous, because a trainer may hand over any strided view (a transposed ``[T, B]`` buffer, a
+slice with a step, an ``expand``-ed per-response tensor): the components flatten tensors with
+``view(-1)`` and write selections through ``view(-1)[index]``, which need a dense row-major layout.
+``.contiguous()`` returns the tensor itself when it already is, so the usual contiguous float32
+input is neither copied nor changed.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ from rlstab.batch import TokenBatch
 
 
 def f32(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.detach().to(torch.float32)
+    """``t`` detached, float32 and contiguous (``t`` itself, detached, when it already is all three)."""
+    return None if t is None else t.detach().to(torch.float32).contiguous()
 
 
 @dataclass
@@ -53,7 +61,7 @@ class Tokens:
         logprobs = f32(batch.logprobs)
         old = logprobs if batch.old_logprobs is None else f32(batch.old_logprobs)
         log_ratio = (logprobs - old).clamp_(-log_ratio_clamp, log_ratio_clamp)
-        valid_bool = batch.response_mask
+        valid_bool = batch.response_mask.contiguous()
         return cls(
             batch=batch,
             valid=valid_bool.to(torch.float32),

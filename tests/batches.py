@@ -15,10 +15,13 @@ def random_batch(
     groups: int = 4,
     advantages: str | None = None,
     dtype: torch.dtype = torch.float32,
+    rewards: bool | None = None,
 ) -> rlstab.TokenBatch:
     """A batch with padding, a tail of low-probability tokens (so S2T fires), entropy, rollout log-probs and rewards.
 
     ``advantages``: None (estimated from rewards and group_ids), "sequence" ([B]) or "token" ([B, T]).
+    ``rewards``: whether the batch carries rewards and group ids; None: only when it has no advantages
+    (advantages take precedence, and a compiled objective warns about rewards nothing reads).
     """
     g = torch.Generator().manual_seed(seed)
     logprobs = -torch.rand(B, T, generator=g).pow(3) * 3.0
@@ -42,4 +45,6 @@ def random_batch(
         fields["advantages"] = torch.randn(B, generator=g).to(dtype)
     elif advantages == "token":
         fields["advantages"] = torch.randn(B, T, generator=g).to(dtype)
+    if not (advantages is None if rewards is None else rewards):  # drawn all the same: the other fields keep their values
+        del fields["rewards"], fields["group_ids"]
     return rlstab.TokenBatch(**fields)

@@ -146,6 +146,37 @@ def test_numeric_response_mask_becomes_bool(dtype):
     assert out_numeric.metrics["tokens/valid"] == mask().sum().item()
 
 
+@pytest.mark.parametrize(
+    ("value", "dtype", "shown"),
+    [
+        (0.5, torch.float32, "0.5"),
+        (-1.0, torch.float32, "-1.0"),
+        (NAN, torch.float32, "nan"),
+        (float("inf"), torch.float64, "inf"),
+        (2, torch.int64, "2"),
+        (-1, torch.int32, "-1"),
+        (255, torch.uint8, "255"),
+    ],
+)
+def test_response_mask_values_other_than_0_and_1_are_refused(value, dtype, shown):
+    """A 0.5 or a NaN used to count as valid (``mask != 0``); now the field, the first index and the value are named."""
+    numeric = mask().to(dtype)
+    numeric[1, 3] = value
+    numeric[2, 4] = value  # a second one: only the first is shown, with the count
+    with pytest.raises(BatchError) as info:
+        TokenBatch(**fields(response_mask=numeric))
+    assert str(info.value) == (
+        f"TokenBatch.response_mask must hold only 0 and 1 (or be bool): 2 value(s) are neither, "
+        f"the first at index [1, 3]: {shown}"
+    )
+
+
+def test_negative_zero_is_a_zero():
+    numeric = mask().to(torch.float32)
+    numeric[~mask()] = -0.0
+    assert torch.equal(TokenBatch(**fields(response_mask=numeric)).response_mask, mask())
+
+
 # ----------------------------------------------------------------------------- non-finite inputs
 
 

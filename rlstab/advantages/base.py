@@ -3,6 +3,16 @@
 An estimator is fitted once on the whole step — every response's reward, group id and length,
 gathered from every micro-batch and rank — and then applied to each micro-batch. Group
 statistics are thus exact even when a group's responses land in different micro-batches.
+
+**Padding rows.** A response whose ``response_mask`` holds no response token is padding (a
+trainer pads a micro-batch to a fixed number of rows, or a rank has fewer responses). It never
+enters the step's statistics (group tables, whitening) and its advantage is 0, so its reward and
+group id may hold anything — NaN, infinity, an id no other row has — and change nothing, as a
+padded token changes nothing. The row is told by the response mask *before* rollout rejection
+and dynamic sampling: a response that rejection empties still counts (it is data the method
+chose to silence, not padding). The estimators exclude padding rows with ``torch.where`` and
+weights, never boolean indexing, so this adds no host synchronisation, and no NaN reward of a
+padding row can reach a sum through ``0 * NaN``.
 """
 
 from __future__ import annotations
@@ -16,7 +26,8 @@ from rlstab.components import Component
 
 @dataclass(frozen=True)
 class GroupTable:
-    """Per-group reward statistics of a step: sorted group ids and their mean, std and size."""
+    """Per-group reward statistics of a step: sorted group ids and their mean, std and size (responses
+    with response tokens; a group of padding rows only has size 0)."""
 
     keys: torch.Tensor
     mean: torch.Tensor
@@ -24,27 +35,54 @@ class GroupTable:
     count: torch.Tensor
 
     @classmethod
-    def fit(cls, rewards: torch.Tensor, group_ids: torch.Tensor) -> GroupTable:
-        """Mean and unbiased std per group; a group of one gets mean 0 and std 1 (veRL's convention)."""
+    def fit(cls, rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None = None) -> GroupTable:
+        """Mean and unbiased std per group; a group of one gets mean 0 and std 1 (veRL's convention).
+
+        ``responses``: ``[B]`` bool, False on padding rows, which are left out (None: every row counts).
+        A group of padding rows only gets mean 0 and std 1 too; no response reads it.
+        """
         keys, inverse = torch.unique(group_ids, sorted=True, return_inverse=True)
         rewards = rewards.to(torch.float32)
-        count = torch.bincount(inverse, minlength=keys.numel()).to(torch.float32)
+        if responses is None:
+            count = torch.bincount(inverse, minlength=keys.numel()).to(torch.float32)
+        else:
+            rewards = torch.where(responses, rewards, 0.0)
+            count = torch.zeros(keys.numel(), device=rewards.device).index_add_(0, inverse, responses.to(torch.float32))
         total = torch.zeros_like(count).index_add_(0, inverse, rewards)
         mean = total / count
-        sq = torch.zeros_like(count).index_add_(0, inverse, (rewards - mean[inverse]) ** 2)
+        deviation = (rewards - mean[inverse]) ** 2
+        if responses is not None:
+            deviation = torch.where(responses, deviation, 0.0)
+        sq = torch.zeros_like(count).index_add_(0, inverse, deviation)
         std = (sq / (count - 1).clamp(min=1)).sqrt()
-        single = count == 1
+        single = count <= 1  # count 0: a group of padding rows (0 / 0 above)
         mean = torch.where(single, 0.0, mean)
         std = torch.where(single, 1.0, std)
         return cls(keys=keys, mean=mean, std=std, count=count)
 
-    def lookup(self, group_ids: torch.Tensor) -> torch.Tensor:
-        """Row of each id in the table; an id the step did not contain is an error."""
+    def lookup(self, group_ids: torch.Tensor, responses: torch.Tensor | None = None) -> torch.Tensor:
+        """Row of each id in the table; an id the step did not contain is an error (on a padding row,
+        whose advantage is 0 whatever it reads, any row of the table is returned)."""
+        if self.keys.numel() == 0:
+            if group_ids.numel() and (responses is None or bool(responses.any())):
+                raise ValueError("these group_ids were not in the step the advantages were fitted on (it had no responses)")
+            return torch.full_like(group_ids, -1)  # only padding rows: see rows()
         idx = torch.searchsorted(self.keys, group_ids).clamp(max=self.keys.numel() - 1)
-        if not torch.equal(self.keys[idx], group_ids):
-            missing = group_ids[self.keys[idx] != group_ids].unique().tolist()[:5]
+        found = self.keys[idx] == group_ids
+        if responses is not None:
+            found = found | ~responses
+        if not bool(found.all()):
+            missing = group_ids[~found].unique().tolist()[:5]
             raise ValueError(f"group_ids {missing} were not in the step the advantages were fitted on")
         return idx
+
+    def rows(self, group_ids: torch.Tensor, responses: torch.Tensor | None = None):
+        """``(mean, std, count)`` of each response's group, ``[B]`` each."""
+        idx = self.lookup(group_ids, responses)
+        if self.keys.numel() == 0:  # padding rows of an empty step
+            ones = torch.ones(group_ids.shape, device=self.mean.device)
+            return torch.zeros_like(ones), ones, ones
+        return self.mean[idx], self.std[idx], self.count[idx]
 
 
 class AdvantageEstimator(Component):
@@ -52,10 +90,20 @@ class AdvantageEstimator(Component):
 
     reads = frozenset({"rewards", "group_ids"})
 
-    def fit(self, rewards: torch.Tensor, group_ids: torch.Tensor, lengths: torch.Tensor) -> object:
-        """Statistics of the whole step. ``lengths`` are each response's valid-token counts."""
+    def fit(
+        self, rewards: torch.Tensor, group_ids: torch.Tensor, lengths: torch.Tensor, responses: torch.Tensor | None = None
+    ) -> object:
+        """Statistics of the whole step. ``lengths`` are each response's valid-token counts;
+        ``responses`` (``[B]`` bool, None: all True) is False on padding rows, which must not count."""
         raise NotImplementedError
 
-    def apply(self, stats: object, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-        """``[B]`` advantages of one micro-batch's responses."""
+    def apply(
+        self, stats: object, rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``[B]`` advantages of one micro-batch's responses, 0 on padding rows (``responses`` False)."""
         raise NotImplementedError
+
+
+def zero_padding_rows(advantages: torch.Tensor, responses: torch.Tensor | None) -> torch.Tensor:
+    """``advantages`` with 0 on padding rows (a ``where``, so a NaN computed there never leaks)."""
+    return advantages if responses is None else torch.where(responses, advantages, 0.0)

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from rlstab.advantages.base import AdvantageEstimator, GroupTable
+from rlstab.advantages.base import AdvantageEstimator, GroupTable, zero_padding_rows
 
 
 class GRPO(AdvantageEstimator):
@@ -20,6 +20,7 @@ class GRPO(AdvantageEstimator):
     ``torch.std`` in veRL and TRL. A group of one response gets mean 0 and std 1, so A = R
     (veRL's convention). Defaults ``normalize_std: true``, ``eps: 1e-6`` (veRL).
     Dr.GRPO drops the std because it up-weights groups that are nearly all right or all wrong.
+    Padding rows (responses without a response token) are left out of the groups and get A = 0.
     """
 
     kind: Literal["grpo"] = "grpo"
@@ -28,15 +29,15 @@ class GRPO(AdvantageEstimator):
     eps: float = Field(1e-6, ge=0.0, le=1.0)
     """Added to the std."""
 
-    def fit(self, rewards, group_ids, lengths):
-        return GroupTable.fit(rewards, group_ids)
+    def fit(self, rewards, group_ids, lengths, responses=None):
+        return GroupTable.fit(rewards, group_ids, responses)
 
-    def apply(self, stats: GroupTable, rewards, group_ids):
-        idx = stats.lookup(group_ids)
-        centred = rewards.to(torch.float32) - stats.mean[idx]
+    def apply(self, stats: GroupTable, rewards, group_ids, responses=None):
+        mean, std, _ = stats.rows(group_ids, responses)
+        centred = rewards.to(torch.float32) - mean
         if not self.normalize_std:
-            return centred
-        return centred / (stats.std[idx] + self.eps)
+            return zero_padding_rows(centred, responses)
+        return zero_padding_rows(centred / (std + self.eps), responses)
 
     def describe(self) -> str:
         if self.normalize_std:
@@ -50,18 +51,18 @@ class RLOO(AdvantageEstimator):
     $$A_i = R_i - \frac{1}{n-1}\sum_{j \ne i} R_j = \frac{n}{n-1}\,(R_i - \operatorname{mean}_g R)$$
 
     over the n responses of the group in the step; a group of one gets A = R (veRL's convention).
+    Padding rows (responses without a response token) are left out of n and get A = 0.
     """
 
     kind: Literal["rloo"] = "rloo"
 
-    def fit(self, rewards, group_ids, lengths):
-        return GroupTable.fit(rewards, group_ids)
+    def fit(self, rewards, group_ids, lengths, responses=None):
+        return GroupTable.fit(rewards, group_ids, responses)
 
-    def apply(self, stats: GroupTable, rewards, group_ids):
-        idx = stats.lookup(group_ids)
-        n = stats.count[idx]
+    def apply(self, stats: GroupTable, rewards, group_ids, responses=None):
+        mean, _, n = stats.rows(group_ids, responses)
         scale = torch.where(n > 1, n / (n - 1).clamp(min=1), 1.0)
-        return scale * (rewards.to(torch.float32) - stats.mean[idx])
+        return zero_padding_rows(scale * (rewards.to(torch.float32) - mean), responses)
 
     def describe(self) -> str:
         return "rloo: A_i = n/(n-1) (R_i - mean_g R), g = the prompt's group of n"

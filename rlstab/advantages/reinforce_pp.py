@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from rlstab.advantages.base import AdvantageEstimator, GroupTable
+from rlstab.advantages.base import AdvantageEstimator, GroupTable, zero_padding_rows
 
 
 class ReinforcePP(AdvantageEstimator):
@@ -20,7 +20,8 @@ class ReinforcePP(AdvantageEstimator):
     $$\mu = \frac{\sum_i L_i x_i}{N},\quad \sigma^2 = \frac{\sum_i L_i (x_i - \mu)^2}{N - 1},
     \quad A_i = \frac{x_i - \mu}{\sqrt{\sigma^2 + \epsilon}},\quad N = \sum_i L_i$$
 
-    as veRL's ``masked_whiten`` (unbiased variance, ``eps = 1e-8``).
+    as veRL's ``masked_whiten`` (unbiased variance, ``eps = 1e-8``). Padding rows (responses
+    without a response token) have $L_i = 0$, stay out of the group means too, and get A = 0.
     """
 
     kind: Literal["reinforce_pp"] = "reinforce_pp"
@@ -29,24 +30,26 @@ class ReinforcePP(AdvantageEstimator):
     eps: float = Field(1e-8, ge=0.0, le=1.0)
     """Added to the variance."""
 
-    def fit(self, rewards, group_ids, lengths):
+    def fit(self, rewards, group_ids, lengths, responses=None):
         x = rewards.to(torch.float32)
         table = None
         if self.subtract_group_mean:
-            table = GroupTable.fit(rewards, group_ids)
-            x = x - table.mean[table.lookup(group_ids)]
+            table = GroupTable.fit(rewards, group_ids, responses)
+            x = x - table.rows(group_ids, responses)[0]
+        if responses is not None:  # a padding row has length 0, but 0 * NaN is NaN
+            x = torch.where(responses, x, 0.0)
         w = lengths.to(torch.float32)
         n = w.sum()
         mean = (w * x).sum() / n.clamp(min=1)
         var = (w * (x - mean) ** 2).sum() / (n - 1).clamp(min=1)
         return table, mean, var
 
-    def apply(self, stats, rewards, group_ids):
+    def apply(self, stats, rewards, group_ids, responses=None):
         table, mean, var = stats
         x = rewards.to(torch.float32)
         if table is not None:
-            x = x - table.mean[table.lookup(group_ids)]
-        return (x - mean) * torch.rsqrt(var + self.eps)
+            x = x - table.rows(group_ids, responses)[0]
+        return zero_padding_rows((x - mean) * torch.rsqrt(var + self.eps), responses)
 
     def describe(self) -> str:
         x = "R_i - mean_g R" if self.subtract_group_mean else "R_i"

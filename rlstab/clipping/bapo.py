@@ -6,10 +6,11 @@ import math
 from typing import Any, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from rlstab.clipping.base import Surrogate, SurrogateResult
 from rlstab.clipping.bounded import clip_between
+from rlstab.components import ComponentState, configured
 from rlstab.tokens import Tokens
 
 
@@ -24,6 +25,36 @@ def _grid(start: float, stop: float, step: float, last_exact: bool) -> list[floa
     if last_exact and stop - values[-1] > 1e-9:
         values.append(stop)
     return values
+
+
+class BAPOState(ComponentState):
+    """BAPO's record between steps, as ``state_dict()`` saves it: the last step's bounds and the step count.
+
+    A bound must lie between the first and the last candidate the search visits (``candidates()``:
+    from ``lower_start``/``upper_start`` up to ``lower_max``/``upper_max``, the last one possibly a
+    rounding above it, ``0.8 + 3 * 0.05 = 0.9500000000000001``); ``steps`` is a count.
+    """
+
+    clip_low: float
+    """The lower ratio bound chosen at the last step."""
+    clip_high: float
+    """The upper ratio bound chosen at the last step."""
+    steps: int = Field(ge=0)
+    """How many steps have chosen bounds."""
+
+    @field_validator("clip_low", "clip_high")
+    @classmethod
+    def _a_bound_the_search_visits(cls, value: float, info: ValidationInfo) -> float:
+        bapo = configured(info)
+        if bapo is not None:
+            uppers, lowers = bapo.candidates()
+            grid = lowers if info.field_name == "clip_low" else uppers
+            if not grid[0] <= value <= grid[-1]:
+                first, last = ("lower_start", "lower_max") if info.field_name == "clip_low" else ("upper_start", "upper_max")
+                raise ValueError(
+                    f"must lie within [{grid[0]!r}, {grid[-1]!r}], the bounds the search visits ({first} to {last})"
+                )
+        return value
 
 
 class BAPO(Surrogate):
@@ -76,6 +107,7 @@ class BAPO(Surrogate):
     """
 
     kind: Literal["bapo"] = "bapo"
+    state_model = BAPOState
     target: float = Field(0.4, ge=0.0, le=1e6)
     """rho_0: the positive contribution to reach (paper: 0.4 as a share; authors' code: 0.5 as P/N)."""
     lower_start: float = Field(0.6, gt=0.0, le=1.0)

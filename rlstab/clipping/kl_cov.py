@@ -54,7 +54,7 @@ class KLCov(Surrogate):
     def penalised(self, t: Tokens) -> torch.Tensor:
         """``[B, T]`` float, 1.0 on the top-k valid tokens by covariance."""
         valid = t.valid_bool
-        selected = torch.zeros_like(t.valid)
+        selected = torch.zeros(t.valid.shape, device=t.valid.device)  # row-major: view(-1)[i] is the i-th token
         adv, logp = t.advantages[valid], t.logprobs[valid]  # row-major, as veRL
         n = adv.numel()
         if n == 0:

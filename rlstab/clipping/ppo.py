@@ -59,7 +59,7 @@ class PPOClip(Surrogate):
         hi = torch.where(adv < 0, dual, upper)
         r_clip = torch.clamp(r, min=lo, max=hi)
         w = weight * adv.neg()
-        loss = torch.dot(w.view(-1), r_clip.view(-1))
+        loss = torch.dot(w.reshape(-1), r_clip.reshape(-1))
         # d l / d logp = -A r where r is inside its clip interval (r_clip == r), 0 where clipped.
         active = indicator(torch.eq, r_clip, r)
         grad = w.mul_(active).mul_(r).mul_(unclamped(t))
@@ -71,8 +71,8 @@ class PPOClip(Surrogate):
             clipped = t.valid.sum(-1).sub_(active.sum(-1))
             high, out_neg = torch.dot(pos[:, 0], clipped), torch.dot(neg[:, 0], clipped)
         else:
-            pos, neg = pos.mul_(t.valid).view(-1), neg.mul_(t.valid).view(-1)
-            active = active.view(-1)
+            pos, neg = pos.mul_(t.valid).reshape(-1), neg.mul_(t.valid).reshape(-1)
+            active = active.reshape(-1)
             high, out_neg = pos.sum() - torch.dot(pos, active), neg.sum() - torch.dot(neg, active)
         counts = {"clip/high_fraction": high}
         if self.dual_clip is None:
@@ -82,7 +82,7 @@ class PPOClip(Surrogate):
             if adv.shape[-1] == 1:
                 n_dual = torch.dot(neg[:, 0], above.sum(-1))
             else:
-                n_dual = torch.dot(neg, above.view(-1))
+                n_dual = torch.dot(neg, above.reshape(-1))
             counts["clip/low_fraction"] = out_neg - n_dual
             counts["clip/dual_fraction"] = n_dual
         return SurrogateResult(loss, grad, counts)
@@ -105,7 +105,7 @@ class NoClip(Surrogate):
 
     def evaluate(self, t: Tokens, weight: torch.Tensor, step=None) -> SurrogateResult:
         wa = weight * t.advantage_rows
-        loss = -torch.dot(wa.view(-1), t.ratio.reshape(-1))
+        loss = -torch.dot(wa.reshape(-1), t.ratio.reshape(-1))
         grad = wa.mul_(t.ratio).mul_(unclamped(t)).neg_()
         return SurrogateResult(loss, grad, {})
 

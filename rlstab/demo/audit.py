@@ -285,7 +285,8 @@ def _step_keeps(loss_fn: CompiledObjective, batch: TokenBatch) -> tuple[list[tor
     metrics = loss_fn(batch, step=stats).metrics
     t = Tokens.from_batch(batch, objective.log_ratio_clamp)
     if stats.advantage is not None:
-        t.set_advantages(objective.advantage.apply(stats.advantage, batch.rewards, batch.group_ids))
+        t.set_advantages(objective.advantage.apply(
+            stats.advantage, batch.rewards, batch.group_ids, batch.response_mask.any(-1)))
     else:
         t.set_advantages(batch.advantages)
     keeps = [mask.keep(t, threshold) for mask, threshold in zip(loss_fn.masks, stats.thresholds)]
@@ -316,7 +317,7 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
     keeps_if_rewarded, _, _ = _step_keeps(loss_fn, rewarded)
 
     valid = sample.response_mask
-    advantages = obj.advantage.apply(stats.advantage, sample.rewards, sample.group_ids)
+    advantages = obj.advantage.apply(stats.advantage, sample.rewards, sample.group_ids, sample.response_mask.any(-1))
     positive_tokens = int(valid[advantages > 0].sum())
     masks = []
     for i, (label, mask) in enumerate(zip(loss_fn.mask_labels, loss_fn.masks)):

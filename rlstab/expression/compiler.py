@@ -2,8 +2,10 @@
 
 Conditions are float32 0/1 tensors (as rlstab's masks are): a comparison writes a float output,
 ``and`` multiplies, ``or`` takes the maximum, ``not`` is ``1 - x``, the last three in place.
-Arithmetic and comparisons follow IEEE float32: a division by zero gives inf, ``log`` of a
-negative number nan, and any comparison with nan is false.
+Arithmetic follows IEEE float32: a division by zero gives inf, ``log`` of a negative number nan.
+Every comparison with nan is false, ``!=`` included: IEEE makes ``nan != c`` true, but here
+``x != c`` means ``x < c or x > c`` (two comparisons added into one output), so that ``!=`` obeys
+the same rule as the others and ``not (x == c)`` is the only way to select a nan.
 
 A comparison of a probability feature with a positive constant runs in log space
 (``probability < 0.002`` is ``logprob < log(0.002)``), which is exactly how the S2T component
@@ -31,7 +33,14 @@ from rlstab.tokens import Tokens
 Value = torch.Tensor | float
 Compiled = Callable[["Environment"], Value]
 
-_COMPARE = {"<": torch.lt, "<=": torch.le, ">": torch.gt, ">=": torch.ge, "==": torch.eq, "!=": torch.ne}
+
+def _not_equal(left: torch.Tensor, right: Value, out: torch.Tensor) -> torch.Tensor:
+    """``left < right or left > right``: false where either side is nan (``torch.ne`` would say true)."""
+    torch.lt(left, right, out=out)
+    return out.add_(torch.gt(left, right))  # never both: 0/1
+
+
+_COMPARE = {"<": torch.lt, "<=": torch.le, ">": torch.gt, ">=": torch.ge, "==": torch.eq, "!=": _not_equal}
 _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 _UNARY = {"abs": torch.abs, "log": torch.log, "exp": torch.exp}

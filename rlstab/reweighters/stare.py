@@ -6,8 +6,9 @@ import math
 from typing import Any, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from rlstab.components import ComponentState, configured
 from rlstab.reweighters.base import Reweighter
 from rlstab.tokens import Tokens
 
@@ -28,7 +29,9 @@ def top_count(n: int, p: float) -> int:
 
 def _top_surprisal(surprisal: torch.Tensor, candidates: torch.Tensor, p: float) -> torch.Tensor:
     """Float 0/1 ``[B, T]``: the top-``p`` candidates by surprisal (ties broken by position, first wins)."""
-    selected = torch.zeros_like(surprisal)
+    # A fresh row-major tensor (zeros_like would copy the strides of a strided input), so that
+    # view(-1)[i] writes the i-th token in row-major order, the order of ``flat``.
+    selected = torch.zeros(surprisal.shape, dtype=surprisal.dtype, device=surprisal.device)
     flat = candidates.reshape(-1).nonzero().squeeze(-1)
     k = top_count(flat.numel(), p)
     if k == 0:
@@ -36,6 +39,40 @@ def _top_surprisal(surprisal: torch.Tensor, candidates: torch.Tensor, p: float) 
     order = torch.sort(surprisal.reshape(-1)[flat], descending=True, stable=True).indices[:k]
     selected.view(-1)[flat[order]] = 1.0
     return selected
+
+
+class STAREState(ComponentState):
+    """STARE's controller between steps, as ``state_dict()`` saves it.
+
+    Only values the controller can reach are accepted: W within ``[1, w_max]`` and M within
+    ``[m_min, 1]`` (the controller clips them there, and the configuration's own ``w``/``m`` lie
+    inside), finite; ``H_bar`` a finite mean entropy, or None before the first step with valid tokens.
+    """
+
+    gate: bool
+    """Whether the weights apply (the last step's mean entropy was below the target)."""
+    W: float
+    """The weight of the selected positive-advantage tokens."""
+    M: float
+    """The weight of the selected negative-advantage tokens (variant C2)."""
+    H_bar: float | None
+    """The last step's mean entropy over its valid tokens; None before the first."""
+
+    @field_validator("W")
+    @classmethod
+    def _w_within_the_controller_bounds(cls, value: float, info: ValidationInfo) -> float:
+        stare = configured(info)
+        if stare is not None and not 1.0 <= value <= stare.w_max:
+            raise ValueError(f"W must lie within [1, w_max = {stare.w_max!r}], where the controller keeps it")
+        return value
+
+    @field_validator("M")
+    @classmethod
+    def _m_within_the_controller_bounds(cls, value: float, info: ValidationInfo) -> float:
+        stare = configured(info)
+        if stare is not None and not stare.m_min <= value <= 1.0:
+            raise ValueError(f"M must lie within [m_min = {stare.m_min!r}, 1], where the controller keeps it")
+        return value
 
 
 class STARE(Reweighter):
@@ -104,6 +141,7 @@ class STARE(Reweighter):
     """Where the top-P sets are chosen: within each micro-batch, as the authors' loss does."""
 
     reads = frozenset({"entropy"})
+    state_model = STAREState
 
     @model_validator(mode="after")
     def _weights_inside_the_controller_bounds(self):
@@ -126,6 +164,8 @@ class STARE(Reweighter):
     def begin_step(self, sums, state):
         """Gate from this step's mean entropy, then (adaptive) the controller's move; returns (value, new state)."""
         state = dict(self.initial_state() if state is None else state)
+        if sums is None:  # a step without micro-batches: as a step without valid tokens, nothing moves
+            return dict(state), state
         entropy_sum, count = (float(x) for x in sums.tolist())
         if count > 0 and math.isfinite(entropy_sum):
             h_bar = entropy_sum / count

@@ -9,16 +9,31 @@ import torch
 from rlstab.components import Component
 
 
-def uniform_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """Sorted ids of the groups that have at least two responses and all-equal rewards."""
+def uniform_groups(rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None = None) -> torch.Tensor:
+    """Sorted ids of the groups that have at least two responses and all-equal rewards.
+
+    ``responses``: ``[B]`` bool, False on padding rows (no response token), which are left out
+    whatever their reward and group id hold (None: every row counts).
+    """
+    return group_summary(rewards, group_ids, responses)[0]
+
+
+def group_summary(rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None):
+    """The uniform groups' ids, and the number of groups with at least one response that is not padding."""
     keys, inverse = torch.unique(group_ids.to(torch.int64), sorted=True, return_inverse=True)
     r = rewards.to(torch.float64)
+    r_high = r_low = r
+    if responses is None:
+        count = torch.bincount(inverse, minlength=keys.numel())
+    else:  # a padding row can neither raise the maximum nor lower the minimum, nor count
+        r_high, r_low = torch.where(responses, r, -torch.inf), torch.where(responses, r, torch.inf)
+        count = torch.zeros(keys.numel(), dtype=torch.int64, device=r.device).index_add_(
+            0, inverse, responses.to(torch.int64))
     high = torch.full((keys.numel(),), -torch.inf, dtype=torch.float64, device=r.device).scatter_reduce_(
-        0, inverse, r, "amax")
+        0, inverse, r_high, "amax")
     low = torch.full((keys.numel(),), torch.inf, dtype=torch.float64, device=r.device).scatter_reduce_(
-        0, inverse, r, "amin")
-    count = torch.bincount(inverse, minlength=keys.numel())
-    return keys[(count >= 2) & (high == low)]
+        0, inverse, r_low, "amin")
+    return keys[(count >= 2) & (high == low)], int((count > 0).sum())
 
 
 def filter_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
@@ -49,7 +64,8 @@ class DynamicSampling(Component):
     DAPO (arXiv 2503.14476, eq. 11's constraint $0 < |\{o_i \text{ correct}\}| < G$; veRL's
     ``filter_groups``, which evicts a group iff it has more than one response and the std of its
     metric is 0) filters the batch before the update. The exact equivalent here: over the whole
-    step (every micro-batch and rank), the groups with all-equal rewards are found, and their
+    step (every micro-batch and rank), the groups with all-equal rewards are found (padding rows,
+    responses without a response token, are left out of the groups), and their
     responses are treated as padding *before anything else is computed*: they leave the
     advantage estimator's statistics (REINFORCE++ weights responses by their valid length, now 0;
     group estimators never mix groups), every mask population and every denominator. Equality is

@@ -123,6 +123,23 @@ def test_nan_compares_false_and_division_by_zero_is_inf():
     assert holds("entropy / (position - 1) > 0") == [[0, 1, 1], [0, 1, 1]]
 
 
+def test_not_equal_with_nan_is_false_too():
+    """``!=`` obeys the rule as every comparison: ``x != c`` is ``x < c or x > c`` (IEEE would say nan != c)."""
+    # log(A) = 0 on row 0, nan on row 1
+    assert holds("log(advantage) != 5") == [[1, 1, 1], [0, 0, 0]]
+    assert holds("5 != log(advantage)") == [[1, 1, 1], [0, 0, 0]]  # mirrored: the same
+    assert holds("log(advantage) != 0") == [[0, 0, 0], [0, 0, 0]]
+    assert holds("log(advantage) == 0") == [[1, 1, 1], [0, 0, 0]]
+    # not (x == c) is what selects the nan
+    assert holds("not log(advantage) == 5") == [[1, 1, 1], [1, 1, 1]]
+    # nan on both sides: log(-A) is nan on row 0, log(A) on row 1: never different, never equal
+    assert holds("log(advantage) != log(-advantage)") == [[0, 0, 0], [0, 0, 0]]
+    assert holds("log(advantage) == log(-advantage)") == [[0, 0, 0], [0, 0, 0]]
+    # a per-response nan against per-token values (broadcast [2, 1] against [2, 3]): entropy 0.2 1 2 | 0.5 0.1 3
+    assert holds("log(advantage) != entropy") == [[1, 1, 1], [0, 0, 0]]
+    assert holds("entropy != 1") == [[1, 0, 1], [1, 1, 1]]
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
