@@ -48,3 +48,40 @@ def random_batch(
     if not (advantages is None if rewards is None else rewards):  # drawn all the same: the other fields keep their values
         del fields["rewards"], fields["group_ids"]
     return rlstab.TokenBatch(**fields)
+
+
+def column_major(x: torch.Tensor) -> torch.Tensor:
+    """The same values, laid out column-major (a transposed buffer): a dense non-contiguous tensor.
+
+    A 1-D tensor has no column-major layout: it gets ``stepped``'s instead."""
+    return x.t().contiguous().t() if x.dim() == 2 else stepped(x)
+
+
+def stepped(x: torch.Tensor) -> torch.Tensor:
+    """The same values, as every other element of a buffer twice as wide (a slice with a step)."""
+    if x.dim() == 2:
+        buffer = torch.zeros(x.shape[0], 2 * x.shape[1], dtype=x.dtype)
+        buffer[:, ::2] = x
+        return buffer[:, ::2]
+    buffer = torch.zeros(2 * x.shape[0], dtype=x.dtype)
+    buffer[::2] = x
+    return buffer[::2]
+
+
+def draw_response_mask(draw, B: int, T: int) -> torch.Tensor:
+    """``[B, T]`` bool, drawn row by row (hypothesis ``draw``): empty rows, full rows, prefixes and arbitrary rows."""
+    from hypothesis import strategies as st
+
+    rows = []
+    for _ in range(B):
+        kind = draw(st.sampled_from(["empty", "full", "prefix", "random"]))
+        if kind == "empty" or T == 0:
+            rows.append([False] * T)
+        elif kind == "full":
+            rows.append([True] * T)
+        elif kind == "prefix":
+            n = draw(st.integers(0, T))
+            rows.append([True] * n + [False] * (T - n))
+        else:
+            rows.append(draw(st.lists(st.booleans(), min_size=T, max_size=T)))
+    return torch.tensor(rows, dtype=torch.bool).reshape(B, T)

@@ -14,27 +14,11 @@ import torch
 import rlstab
 from rlstab import TokenBatch
 
-from batches import random_batch
+from batches import column_major, random_batch, stepped
 
 PRESETS = rlstab.preset_names()
 FIELDS = ["logprobs", "response_mask", "old_logprobs", "advantages", "entropy", "rollout_logprobs", "ref_logprobs",
           "is_weights", "rewards", "group_ids"]
-
-
-def column_major(x: torch.Tensor) -> torch.Tensor:
-    """The same values, laid out column-major (a transposed buffer): a dense non-contiguous tensor."""
-    return x.t().contiguous().t() if x.dim() == 2 else stepped(x)
-
-
-def stepped(x: torch.Tensor) -> torch.Tensor:
-    """The same values, as every other element of a buffer twice as wide (a slice with a step)."""
-    if x.dim() == 2:
-        buffer = torch.zeros(x.shape[0], 2 * x.shape[1], dtype=x.dtype)
-        buffer[:, ::2] = x
-        return buffer[:, ::2]
-    buffer = torch.zeros(2 * x.shape[0], dtype=x.dtype)
-    buffer[::2] = x
-    return buffer[::2]
 
 
 def contiguous_batch(advantages: str | None) -> dict:

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 import rlstab
 from rlstab import LossOutput, TokenBatch
 
+from batches import draw_response_mask
+
 
 # Per-preset tests run max_examples examples for each preset. Masks with a step quantile cost tens
 # of milliseconds per call on CPU, hence the modest counts. database=None: nothing is written.
@@ -72,19 +74,7 @@ def specs(draw) -> Spec:
     T = draw(st.integers(1, 12))
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
 
-    rows = []
-    for _ in range(B):
-        kind = draw(st.sampled_from(["empty", "full", "prefix", "random"]))
-        if kind == "empty":
-            rows.append([False] * T)
-        elif kind == "full":
-            rows.append([True] * T)
-        elif kind == "prefix":
-            n = draw(st.integers(0, T))
-            rows.append([True] * n + [False] * (T - n))
-        else:
-            rows.append(draw(st.lists(st.booleans(), min_size=T, max_size=T)))
-    response_mask = torch.tensor(rows, dtype=torch.bool).reshape(B, T)
+    response_mask = draw_response_mask(draw, B, T)
 
     # logprobs <= 0, often below log(0.002) = -6.2 so that the probability masks fire
     low = draw(st.sampled_from([2.0, 12.0, 20.0]))

@@ -44,6 +44,7 @@ from hypothesis import strategies as st
 import rlstab
 from rlstab import BatchError, TokenBatch
 
+from batches import column_major, draw_response_mask, stepped
 from fuzzing import fuzz_settings
 
 EXAMPLES = 40  # per preset and run: 24 presets x 40 = 960 cases by default
@@ -67,16 +68,7 @@ def laid_out(values: torch.Tensor, layout: str) -> torch.Tensor:
         return values.clone()
     if layout == "expanded" and values.shape[0] >= 1:
         return values[:1].expand(values.shape)
-    if layout == "transposed" and values.dim() == 2:
-        return values.t().contiguous().t()
-    # a slice with a step: every other element of a buffer twice as wide (or long)
-    if values.dim() == 2:
-        buffer = torch.zeros(values.shape[0], 2 * values.shape[1], dtype=values.dtype)
-        buffer[:, ::2] = values
-        return buffer[:, ::2]
-    buffer = torch.zeros(2 * values.shape[0], dtype=values.dtype)
-    buffer[::2] = values
-    return buffer[::2]
+    return column_major(values) if layout == "transposed" else stepped(values)
 
 
 def leaf_of(values: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,20 +134,7 @@ def cases(draw, name: str) -> Case:
             values = values[:1].expand(values.shape).clone()
         return values.to(dtype)
 
-    rows = []
-    for _ in range(B):
-        kind = draw(st.sampled_from(["empty", "full", "prefix", "random"]))
-        if kind == "empty" or T == 0:
-            rows.append([False] * T)
-        elif kind == "full":
-            rows.append([True] * T)
-        elif kind == "prefix":
-            n = draw(st.integers(0, T))
-            rows.append([True] * n + [False] * (T - n))
-        else:
-            rows.append(draw(st.lists(st.booleans(), min_size=T, max_size=T)))
-    mask = torch.tensor(rows, dtype=torch.bool).reshape(B, T)
-    mask = shaped("response_mask", mask, draw(st.sampled_from(MASK_DTYPES)))
+    mask = shaped("response_mask", draw_response_mask(draw, B, T), draw(st.sampled_from(MASK_DTYPES)))
 
     def floats(name: str, values: torch.Tensor) -> torch.Tensor:
         return shaped(name, values, draw(st.sampled_from(FLOATS)))
