@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import rlstab
@@ -231,6 +231,7 @@ def check(case: Case, path: str) -> None:
     where = f"{case.name} ({path}, {case.placement} {case.target} {case.index})"
     if isinstance(expected, BatchError):
         assert isinstance(got, BatchError) and str(got) == str(expected), f"{where}: {got!r} vs reference {expected!r}"
+        event("BatchError, as the reference")  # for --hypothesis-show-statistics
         return
     assert not isinstance(expected, Exception), f"{where}: the reference batch raised {expected!r}"
     ref_out, ref_grad = expected
@@ -241,6 +242,7 @@ def check(case: Case, path: str) -> None:
         assert isinstance(got, FloatingPointError), f"{where}: expected a FloatingPointError, got {got!r}"
         assert f"TokenBatch.{case.target}" in str(got), f"{where}: {got}"
         assert after == before, f"{where}: the state moved although the step raised"
+        event("FloatingPointError naming the field")
         return
     assert not isinstance(got, Exception), f"{where}: {got!r}"
     out, grad = got
@@ -256,6 +258,7 @@ def check(case: Case, path: str) -> None:
     )
     assert out.metrics == pytest.approx(ref_out.metrics, rel=1e-5, abs=1e-6, nan_ok=True), where
     assert all(math.isfinite(v) for k, v in out.metrics.items() if not k.endswith("H_bar")), (where, out.metrics)
+    event("the reference result, " + {"none": "all finite", "padding": "non-finite padding", "valid": "non-finite unread field"}[case.placement])
 
 
 @pytest.mark.parametrize("name", PRESETS)
