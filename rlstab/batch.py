@@ -106,8 +106,8 @@ class TokenBatch:
         if mask.dtype != torch.bool:
             if mask.is_complex():
                 raise BatchError(f"TokenBatch.response_mask must be bool or 0/1, got {mask.dtype}")
-            off = (mask != 0) & (mask != 1)  # NaN is neither
-            if bool(off.any()):
+            if _outside_0_1(mask):
+                off = (mask != 0) & (mask != 1)  # NaN is neither
                 where = off.nonzero()[0].tolist()
                 raise BatchError(
                     f"TokenBatch.response_mask must hold only 0 and 1 (or be bool): {int(off.sum())} value(s) are "
@@ -139,6 +139,20 @@ class TokenBatch:
                 raise BatchError(f"TokenBatch.group_ids must be [B] = [{B}], got {list(self.group_ids.shape)}")
             if self.group_ids.is_floating_point() or self.group_ids.dtype == torch.bool:
                 raise BatchError(f"TokenBatch.group_ids must be an integer tensor, got {self.group_ids.dtype}")
+
+
+def _outside_0_1(mask: torch.Tensor) -> bool:
+    """Whether a numeric mask holds anything but 0 and 1 (one host synchronisation).
+
+    An integer mask needs one reduction (within [0, 1] means 0 or 1); a float mask two passes
+    (0.5 lies within, NaN compares false with both).
+    """
+    if mask.numel() == 0:
+        return False
+    if not mask.is_floating_point():
+        low, high = torch.aminmax(mask)
+        return bool((low < 0) | (high > 1))
+    return bool(((mask != 0) & (mask != 1)).any())
 
 
 @dataclass
