@@ -1,4 +1,4 @@
-"""The ``rlstab`` command: presets, validate, explain, schema."""
+"""The ``rlstab`` command: presets, validate, explain, schema (and demo, audit, compare, which register themselves)."""
 
 from __future__ import annotations
 
@@ -75,9 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the JSON Schema of objective files").set_defaults(func=_cmd_schema)
     # The demo's commands register themselves; their heavy imports happen only when they run.
     from rlstab.demo import audit_command, demo_command
+    from rlstab.lab import compare_command
 
     demo_command.register(sub)
     audit_command.register(sub)
+    compare_command.register(sub)
     return parser
 
 

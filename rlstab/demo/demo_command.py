@@ -185,5 +185,7 @@ def _run(args) -> int:
     curves = report.write_curves(rows, out / report.CURVES_FILE, title)
     summary = report.write_summary(rows, wall_times, out / report.SUMMARY_FILE, header)
     print(report.summary_table(rows, wall_times))
+    if len(labels) > 1:
+        print(f"\n{report.ONE_SEED_NOTE}")
     print(f"\nwrote {out / 'metrics.jsonl'}, {curves}, {summary} in {total:.1f} s")
     return 0

@@ -18,6 +18,10 @@ from typing import TextIO
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
 SUMMARY_FILE = "summary.md"
+ONE_SEED_NOTE = (
+    "One seed: this shows what each objective does, not which trains better; differences of a few points are "
+    "within seed-to-seed noise. `rlstab compare --objective A --objective B --seeds 5` reports them with 95% intervals."
+)
 
 
 class MetricsWriter:
@@ -195,6 +199,8 @@ def write_summary(rows: Sequence[dict], wall_times: dict[str, float], path: Path
             *header,
             "",
             summary_table(rows, wall_times),
+            "",
+            ONE_SEED_NOTE,
             "",
             "start acc: the warm-started policy's held-out accuracy (greedy exact match) before RL; final acc: after "
             "the last step. reward: mean exact-match reward of the sampled responses, over the last 5 steps. entropy: "

@@ -37,6 +37,7 @@ from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective
 from rlstab.demo.policy import Policy, Rollout
 from rlstab.demo.tasks import Problem, Task, training_problems
+from rlstab.step.ess import effective_sample_size
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,23 @@ def update(
         out.loss.backward()
         metrics.append(out.metrics)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-    optimizer.step()
+    scaled_step(optimizer, stats.lr_scale)
     return aggregate_metrics(metrics), grad_norm
+
+
+def scaled_step(optimizer: torch.optim.Optimizer, lr_scale: float) -> None:
+    """One optimizer step with every learning rate multiplied by ``lr_scale`` (VCPO's ESS scale; 1.0 otherwise)."""
+    if lr_scale == 1.0:
+        optimizer.step()
+        return
+    base = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * lr_scale
+    try:
+        optimizer.step()
+    finally:
+        for group, lr in zip(optimizer.param_groups, base):
+            group["lr"] = lr
 
 
 def rl_step(
@@ -189,12 +205,18 @@ def rl_step(
     problems: Sequence[Problem],
     sample_generator: torch.Generator,
     config: TrainConfig,
+    sampler: Policy | None = None,
 ) -> dict[str, float]:
-    """Sample, score and train on one step's problems; returns the step's metrics."""
+    """Sample, score and train on one step's problems; returns the step's metrics.
+
+    ``sampler`` samples the rollouts when given (a stale copy of the policy, as an asynchronous
+    trainer's inference engine); the "old" log-probabilities are still the current policy's, and
+    the sampler's own log-probabilities reach the objective as ``rollout_logprobs``.
+    """
     G = config.group_size
     prompt_ids = [policy.codec.encode(p.prompt) for p in problems for _ in range(G)]
-    rollout = policy.sample(prompt_ids, max_new_tokens=task.max_new_tokens, temperature=config.temperature,
-                            generator=sample_generator)
+    rollout = (sampler or policy).sample(prompt_ids, max_new_tokens=task.max_new_tokens, temperature=config.temperature,
+                                         generator=sample_generator)
     texts = response_texts(policy, rollout)
     rewards = torch.tensor([task.reward(problems[i // G], text) for i, text in enumerate(texts)])
     group_ids = torch.arange(len(problems)).repeat_interleave(G)
@@ -215,12 +237,21 @@ def rl_step(
     mask = rollout.response_mask
     lengths = mask.sum(-1).float()
     return {
+        "ess_fraction": rollout_ess_fraction(old_logprobs, rollout, mask),
         "reward": rewards.mean().item(),
         "entropy": (old_entropy * mask).sum().item() / max(1, int(mask.sum())),
         "response_length": lengths.mean().item(),
         "grad_norm": max(grad_norms),
         "loss_metrics": combine_updates(updates),
     }
+
+
+def rollout_ess_fraction(old_logprobs: torch.Tensor, rollout: Rollout, mask: torch.Tensor) -> float | None:
+    """ESS / N of the sequence importance weights pi_old / pi_rollout (1.0 on-policy), or None without rollout log-probs."""
+    if rollout.logprobs is None:
+        return None
+    log_weights = ((old_logprobs - rollout.logprobs) * mask).sum(-1)
+    return effective_sample_size(log_weights) / max(1, log_weights.numel())
 
 
 def step_row(objective: str, step: int, metrics: dict, accuracy: float | None, mask_labels: Sequence[str]) -> dict:

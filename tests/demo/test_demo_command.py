@@ -81,6 +81,7 @@ def test_outputs_are_well_formed(tmp_path, cache_dir):
     assert table[0].startswith("| objective | start acc | final acc")
     assert [line.split("|")[1].strip() for line in table[1:]] == ["grpo", "stapo"]
     assert all(len(line.split("|")) == len(table[0].split("|")) for line in table)
+    assert "One seed: this shows what each objective does, not which trains better" in summary
 
 
 def test_same_seed_same_metrics(tmp_path, cache_dir):

@@ -1,0 +1,66 @@
+"""Atomic files: a run's checkpoint, its metrics and its summary are whole or absent, never half written.
+
+A SIGKILL can land anywhere; every file is written to a temporary name in the same folder and
+renamed over the old one (``os.replace`` is atomic on POSIX), so a rerun finds either the previous
+checkpoint or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+CHECKPOINT_FILE = "checkpoint.pt"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+
+
+def atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    """Call ``write(temporary_path)``, then rename the temporary file to ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def save_checkpoint(folder: Path, state: dict) -> None:
+    atomic_write(folder / CHECKPOINT_FILE, lambda tmp: torch.save(state, tmp))
+
+
+def load_checkpoint(folder: Path) -> dict | None:
+    path = folder / CHECKPOINT_FILE
+    if not path.exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def write_rows(folder: Path, rows: Iterable[dict]) -> None:
+    """``metrics.jsonl`` holding exactly ``rows`` (replacing whatever a killed run left after its checkpoint)."""
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    atomic_write(folder / METRICS_FILE, lambda tmp: Path(tmp).write_text(text))
+
+
+def append_row(folder: Path, row: dict) -> None:
+    with open(folder / METRICS_FILE, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def read_rows(folder: Path) -> list[dict]:
+    path = folder / METRICS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_json(path: Path, data: dict) -> None:
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))

@@ -1,0 +1,73 @@
+"""``rlstab compare``: the lab's command line (argparse only at import; the lab loads when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "compare",
+        help="compare objectives over seeds and stress regimes with confidence intervals (resumable)",
+        description=(
+            "Train every objective under every regime from every seed on the embedded trainer, then write "
+            "results.json, report.md (means and 95%% intervals over seeds, paired differences against the "
+            "baseline) and curves.png to --out, with each run's metrics.jsonl under runs/. Rerunning the same "
+            "command skips finished runs and resumes interrupted ones from their last checkpoint."
+        ),
+    )
+    p.add_argument("--objective", action="append", required=True, metavar="PRESET|FILE",
+                   help="a preset name or an objective YAML file; repeat for each objective")
+    p.add_argument("--baseline", metavar="NAME", help="the objective the others are paired against (default: the first)")
+    p.add_argument("--seeds", type=_positive, default=5, help="seeds 0..N-1 per objective and regime (default 5)")
+    p.add_argument("--steps", type=_positive, default=100, help="RL steps per run (default 100)")
+    p.add_argument("--regime", action="append", metavar="NAME|FILE",
+                   help="a shipped regime (default, entropy-collapse, policy-lag, sparse) or a regime YAML file; "
+                        "repeat for several (default: default)")
+    p.add_argument("--task", default="add2", help="task of the regimes that do not fix one: add2 (default), add3, mul2")
+    p.add_argument("--model", default="tiny", help="tiny (default) or smollm2 (an optional extra)")
+    p.add_argument("--workers", type=_positive, default=None,
+                   help=f"local worker processes, one run and one torch thread each (default: the cores, {os.cpu_count()})")
+    p.add_argument("--ray-address", metavar="auto|HOST:PORT", help="send each run to this Ray cluster instead (needs rlstab[ray])")
+    p.add_argument("--checkpoint-every", type=_positive, default=10, help="steps between a run's checkpoints (default 10)")
+    p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
+    p.add_argument("--out", required=True, help="output folder (the same folder resumes a grid)")
+    p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from rlstab.errors import ConfigError, one_line
+    from rlstab.lab.compare import LabError, compare
+
+    command = "rlstab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None
+    try:
+        data = compare(
+            args.objective, out=args.out, baseline=args.baseline, seeds=args.seeds, steps=args.steps,
+            regimes=args.regime or ["default"], task=args.task, model=args.model, workers=args.workers,
+            ray_address=args.ray_address, cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every,
+            progress=not args.quiet, command=command,
+        )
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    except (LabError, RuntimeError, OSError) as err:
+        print(one_line(f"rlstab compare: {err}"), file=sys.stderr)
+        return 2
+    out = args.out
+    print(f"{len(data['runs'])} runs; wrote {out}/results.json, {out}/report.md, {out}/curves.png")
+    return 0

@@ -1,0 +1,88 @@
+"""Stress regimes: named trainer settings (not objective settings) for ``rlstab compare``.
+
+A regime says how the embedded trainer runs (learning rate, optimizer updates per rollout batch,
+policy lag, task, ...); an objective says what loss it trains with. Regimes ship as YAML in
+``rlstab/lab/regimes/`` and a user writes their own the same way: every field is optional and
+defaults to the ``default`` regime's value (today's ``rlstab demo``). A regime file is read like an
+objective file (YAML 1.2 data, the same size and nesting limits) and every problem is one
+``ConfigError`` line naming the file, the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rlstab.errors import ConfigError, describe_validation_error
+from rlstab.loading.limits import LIMITS
+from rlstab.loading.text import read_text
+from rlstab.loading.yaml12 import parse_yaml
+
+_HERE = Path(__file__).parent / "regimes"
+
+
+class Regime(BaseModel):
+    """The embedded trainer's settings for one stress regime. Defaults: ``rlstab demo``'s run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """Folder-safe name: letters, digits, ``_``, ``.`` and ``-``."""
+    description: str = ""
+    task: str | None = None
+    """A task the regime needs (``sparse`` fixes ``mul2``); None takes the run's ``--task``."""
+    lr: float = Field(3e-5, gt=0, le=1)
+    updates_per_step: int = Field(2, ge=1, le=64)
+    """Optimizer updates per rollout batch (mini-batches of whole groups): more is further off-policy."""
+    policy_lag: int = Field(0, ge=0, le=64)
+    """Rollouts are sampled by the policy this many steps behind (an asynchronous trainer's staleness)."""
+    temperature: float = Field(0.8, gt=0, le=10)
+    group_size: int = Field(8, ge=2, le=256)
+    prompts_per_step: int = Field(16, ge=1, le=1024)
+    micro_batch_size: int = Field(32, ge=1, le=4096)
+    max_grad_norm: float = Field(1.0, gt=0)
+    eval_every: int = Field(5, ge=1)
+    eval_size: int = Field(256, ge=1, le=4096)
+    warmup_steps: int | None = Field(None, ge=0, le=100_000)
+    """Supervised warm-start steps of the tiny model (None: the task's default)."""
+
+
+@cache
+def regime_names() -> tuple[str, ...]:
+    """Names of the shipped regimes, sorted."""
+    return tuple(sorted(p.stem for p in _HERE.glob("*.yaml")))
+
+
+def load_regime(source: str | Path | dict[str, Any] | Regime) -> Regime:
+    """A :class:`Regime` from a shipped name, a YAML file, a mapping or a Regime; ConfigError otherwise."""
+    if isinstance(source, Regime):
+        return source
+    if isinstance(source, dict):
+        return _validate(dict(source), "<regime dict>")
+    text = str(source)
+    if isinstance(source, str) and text in regime_names():
+        path, label = _HERE / f"{text}.yaml", f"regime {text}"
+    elif text.endswith((".yaml", ".yml")):
+        path, label = Path(text), text
+    else:
+        close = difflib.get_close_matches(text, regime_names(), n=3, cutoff=0.6)
+        hint = ("did you mean " + " or ".join(map(repr, close)) + "?") if close else f"shipped: {', '.join(regime_names())}"
+        raise ConfigError(text, [f"not a regime name or a .yaml file ({hint})"])
+    data = parse_yaml(read_text(path, label, LIMITS.bytes, LIMITS.bytes)[0], label)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(label, [f"a regime file holds a mapping of trainer settings, not {type(data).__name__}"])
+    data.setdefault("name", path.stem)
+    return _validate(data, label)
+
+
+def _validate(data: dict, label: str) -> Regime:
+    try:
+        return Regime.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(label, describe_validation_error(err, data)) from None

@@ -1,0 +1,68 @@
+"""One run's summary numbers, computed from its metrics rows (step 0 first, then one row per RL step).
+
+Definitions (the report repeats them):
+
+- ``final_accuracy``: held-out accuracy (greedy exact match) after the last step;
+  ``start_accuracy``: before the first;
+- ``accuracy_auc``: the area under the held-out accuracy curve (trapezoids between the evaluated
+  steps, step 0 included) divided by the number of steps: the mean accuracy over training, in [0, 1];
+- ``final_entropy``: mean token entropy of the rollouts over the last ``TAIL`` of the steps (at
+  least one); ``start_entropy``: of step 1's rollouts; ``min_entropy``: the lowest step's;
+- ``collapsed``: 1 when ``final_entropy < COLLAPSE_RATIO * start_entropy`` (the policy lost more
+  than half its entropy), else 0;
+- ``mean_*``: means over all RL steps (fractions of valid tokens for silenced and clipped; ESS /
+  N of the rollouts' sequence importance weights, 1.0 on-policy);
+- ``wall_time``: seconds of the RL steps and evaluations (measured, so never identical across runs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+TAIL = 0.1
+COLLAPSE_RATIO = 0.5
+
+TIMING = ("wall_time",)
+"""Summary fields that are measured rather than computed: left out of every identity check."""
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def accuracy_auc(rows: Sequence[dict], steps: int) -> float | None:
+    points = [(r["step"], r["accuracy"]) for r in rows if r.get("accuracy") is not None]
+    if len(points) < 2 or steps <= 0:
+        return None
+    area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(points, points[1:]))
+    return area / (points[-1][0] - points[0][0])
+
+
+def run_summary(rows: Sequence[dict]) -> dict:
+    steps = [r for r in rows if r["step"] > 0]
+    accuracies = [r["accuracy"] for r in rows if r.get("accuracy") is not None]
+    n = len(steps)
+    tail = steps[-max(1, math.ceil(TAIL * n)):] if n else []
+    start_entropy = steps[0]["entropy"] if steps else None
+    final_entropy = _mean([r["entropy"] for r in tail])
+    return {
+        "steps": n,
+        "start_accuracy": accuracies[0] if accuracies else None,
+        "final_accuracy": accuracies[-1] if len(accuracies) > 1 else None,
+        "accuracy_auc": accuracy_auc(rows, n),
+        "final_reward": _mean([r["reward"] for r in tail]),
+        "mean_reward": _mean([r["reward"] for r in steps]),
+        "start_entropy": start_entropy,
+        "final_entropy": final_entropy,
+        "min_entropy": min((r["entropy"] for r in steps), default=None),
+        "collapsed": None if final_entropy is None else float(final_entropy < COLLAPSE_RATIO * start_entropy),
+        "mean_grad_norm": _mean([r["grad_norm"] for r in steps]),
+        "max_grad_norm": max((r["grad_norm"] for r in steps), default=None),
+        "mean_silenced_fraction": _mean([r["silenced_fraction"] for r in steps]),
+        "mean_clip_fraction": _mean([r["clip_high_fraction"] + r["clip_low_fraction"] + r["clip_dual_fraction"] for r in steps]),
+        "mean_ess_fraction": _mean([r.get("ess_fraction") for r in steps]),
+        "min_ess_fraction": min((r["ess_fraction"] for r in steps if r.get("ess_fraction") is not None), default=None),
+        "wall_time": sum(r.get("time", 0.0) for r in steps),
+    }

@@ -1,0 +1,144 @@
+"""The grid: same per-run metrics whatever the worker count, reruns skip, every bad input is one line up front."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlstab.errors import ConfigError
+from rlstab.lab import LabError, compare
+from rlstab.lab.checkpoint import read_rows
+
+from quick_regimes import QUICK_LAG, without_time
+
+GRID = {"seeds": 2, "steps": 3, "regimes": [QUICK_LAG], "checkpoint_every": 2, "progress": False}
+
+
+def per_run_rows(out: Path, data: dict) -> dict:
+    return {r["folder"]: without_time(read_rows(out / r["folder"])) for r in data["runs"]}
+
+
+def comparable(data: dict) -> dict:
+    """results.json without what is measured (wall times), for identity checks."""
+    text = json.dumps({k: v for k, v in data.items() if k != "command"})
+    data = json.loads(text)
+    for run in data["runs"]:
+        run["summary"].pop("wall_time")
+    for regime in data["aggregates"].values():
+        for metrics in regime.values():
+            metrics.pop("wall_time")
+    return data
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    out = tmp_path_factory.mktemp("serial")
+    cache = tmp_path_factory.getbasetemp() / "lab-warmstart-cache"
+    data = compare(["grpo", "tis"], out=out, workers=1, cache_dir=cache, **GRID)
+    return out, data, cache
+
+
+def test_outputs_and_their_shape(serial):
+    out, data, _ = serial
+    for name in ("results.json", "report.md", "curves.png"):
+        assert (out / name).stat().st_size > 0
+    assert json.loads((out / "results.json").read_text()) == data
+    assert [(r["objective"], r["seed"]) for r in data["runs"]] == [("grpo", 0), ("grpo", 1), ("tis", 0), ("tis", 1)]
+    assert all(len(read_rows(out / r["folder"])) == 4 for r in data["runs"])  # step 0 and 3 steps
+    tis = data["paired"]["quick-lag"]["tis"]["final_accuracy"]
+    assert tis["n"] == 2 and tis["wins"] + tis["ties"] + tis["losses"] == 2
+    report = (out / "report.md").read_text()
+    assert "## Regime `quick-lag`" in report and "| tis |" in report and "Against grpo, paired by seed" in report
+
+
+def test_two_workers_give_the_same_runs_as_one(serial, tmp_path):
+    out, data, cache = serial
+    parallel = compare(["grpo", "tis"], out=tmp_path, workers=2, cache_dir=cache, **GRID)
+    assert per_run_rows(tmp_path, parallel) == per_run_rows(out, data)
+    assert comparable(parallel) == comparable(data)
+
+
+def test_a_rerun_trains_nothing_and_gives_identical_results(serial, monkeypatch):
+    out, data, cache = serial
+    import rlstab.lab.run as run
+
+    monkeypatch.setattr(run, "_train", lambda *a, **k: pytest.fail("a finished run was retrained"))
+    again = compare(["grpo", "tis"], out=out, workers=2, cache_dir=cache, **GRID)
+    assert again == data
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"objectives": ["grpo", "nope"]}, ConfigError, "nope: not a preset"),
+        ({"regimes": ["nope"]}, ConfigError, "nope: not a regime name or a .yaml file"),
+        ({"regimes": [{"name": "x", "lr": -1}]}, ConfigError, "<regime dict>: lr = -1: Input should be greater than 0"),
+        ({"regimes": [{"name": "x", "task": "add9"}]}, LabError, "regime x: unknown task 'add9'"),
+        ({"baseline": "ppo"}, LabError, "baseline 'ppo' is not one of the objectives (grpo, tis)"),
+        ({"model": "gpt5"}, LabError, "model 'gpt5': one of tiny, smollm2"),
+        ({"seeds": 0}, LabError, "seeds = 0"),
+        ({"steps": 4}, LabError, "holds a run with another steps (3, now 4); use another --out or delete that folder"),
+        ({"objectives": ["grpo", "stapo"], "regimes": [{**QUICK_LAG, "lr": 1e-4}]}, LabError, "another regime"),
+    ],
+)
+def test_bad_inputs_fail_before_anything_trains(serial, monkeypatch, kwargs, error, message):
+    out, _, cache = serial
+    import rlstab.lab.run as run
+
+    monkeypatch.setattr(run, "_train", lambda *a, **k: pytest.fail("trained before checking its inputs"))
+    args = {**GRID, "cache_dir": cache, "objectives": ["grpo", "tis"], **kwargs}
+    with pytest.raises(error) as err:
+        compare(args.pop("objectives"), out=out, **args)
+    assert message in str(err.value)
+    assert len(str(err.value).splitlines()) == 1
+
+
+def _cli(out: Path, cache: Path, *extra: str) -> list[str]:
+    regime = out.parent / "quick-lag.yaml"
+    regime.write_text(json.dumps(QUICK_LAG))  # JSON is YAML
+    return [sys.executable, "-m", "rlstab", "compare", "--objective", "grpo", "--objective", "bapo", "--seeds", "2",
+            "--steps", "6", "--regime", str(regime), "--checkpoint-every", "2", "--cache-dir", str(cache),
+            "--out", str(out), "--quiet", *extra]
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sigkill_in_the_middle_then_rerun_equals_an_uninterrupted_grid(tmp_path, cache, workers):
+    whole, cut = tmp_path / "whole" / "out", tmp_path / "cut" / "out"
+    for folder in (whole, cut):
+        folder.parent.mkdir()
+    subprocess.run(_cli(whole, cache, "--workers", workers), check=True, capture_output=True, timeout=600)
+
+    process = subprocess.Popen(_cli(cut, cache, "--workers", workers), start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = cut / "runs" / "quick-lag" / "grpo" / "seed0"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # past the first checkpoint (step 2), before the run ends (step 6)
+        if (first / "metrics.jsonl").exists() and len(read_rows(first)) >= 4:
+            break
+        assert process.poll() is None, "the grid ended before it could be killed"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (first / "summary.json").exists(), "killed too late to test a resume"
+    assert (first / "checkpoint.pt").exists()
+
+    subprocess.run(_cli(cut, cache, "--workers", workers), check=True, capture_output=True, timeout=600)
+    a = json.loads((whole / "results.json").read_text())
+    b = json.loads((cut / "results.json").read_text())
+    assert per_run_rows(cut, b) == per_run_rows(whole, a)
+    assert comparable(b) == comparable(a)
+
+
+def test_the_cli_prints_one_line_for_a_bad_input(tmp_path, cache):
+    result = subprocess.run(
+        [sys.executable, "-m", "rlstab", "compare", "--objective", "grpo", "--regime", "policy_lag", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr == "policy_lag: not a regime name or a .yaml file (did you mean 'policy-lag'?)\n"
+    assert not any(tmp_path.iterdir())

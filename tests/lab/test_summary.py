@@ -1,0 +1,47 @@
+import pytest
+
+from rlstab.lab.summary import accuracy_auc, run_summary
+
+
+def _row(step, entropy, accuracy=None, reward=0.5, grad=1.0, silenced=0.0, clip=(0.0, 0.0, 0.0), ess=1.0):
+    return {"step": step, "entropy": entropy, "accuracy": accuracy, "reward": reward, "grad_norm": grad,
+            "silenced_fraction": silenced, "clip_high_fraction": clip[0], "clip_low_fraction": clip[1],
+            "clip_dual_fraction": clip[2], "ess_fraction": ess, "time": 0.5}
+
+
+def test_accuracy_auc_is_the_trapezoid_mean():
+    # points (0, 0.2), (2, 0.4), (4, 0.4): area 2 * 0.3 + 2 * 0.4 = 1.4 over 4 steps = 0.35
+    rows = [{"step": 0, "accuracy": 0.2}, {"step": 1, "accuracy": None}, {"step": 2, "accuracy": 0.4},
+            {"step": 3}, {"step": 4, "accuracy": 0.4}]
+    assert accuracy_auc(rows, 4) == pytest.approx(0.35)
+    assert accuracy_auc(rows[:1], 4) is None
+
+
+def test_run_summary_by_hand():
+    rows = [{"step": 0, "accuracy": 0.25}]
+    entropies = [0.40, 0.38, 0.30, 0.25, 0.22, 0.20, 0.18, 0.16, 0.14, 0.12, 0.10]
+    for step, h in enumerate(entropies, start=1):
+        rows.append(_row(step, h, accuracy=0.5 if step == 11 else None, reward=step / 11, grad=step,
+                         silenced=0.01, clip=(0.02, 0.01, 0.0), ess=1.0 - step / 100))
+    s = run_summary(rows)
+    assert s["steps"] == 11
+    assert (s["start_accuracy"], s["final_accuracy"]) == (0.25, 0.5)
+    # tail: ceil(0.1 * 11) = 2 steps: entropy (0.12 + 0.10) / 2 = 0.11 < 0.5 * 0.40: collapsed
+    assert s["final_entropy"] == pytest.approx(0.11)
+    assert s["collapsed"] == 1.0
+    assert s["min_entropy"] == 0.10 and s["start_entropy"] == 0.40
+    assert s["final_reward"] == pytest.approx((10 / 11 + 11 / 11) / 2)
+    assert s["mean_grad_norm"] == pytest.approx(6.0) and s["max_grad_norm"] == 11
+    assert s["mean_clip_fraction"] == pytest.approx(0.03)
+    assert s["min_ess_fraction"] == pytest.approx(0.89)
+    assert s["wall_time"] == pytest.approx(5.5)
+    # (0 -> 11) one trapezoid: (0.25 + 0.5) / 2
+    assert s["accuracy_auc"] == pytest.approx(0.375)
+
+
+def test_entropy_held_is_not_a_collapse_and_missing_ess_stays_missing():
+    rows = [{"step": 0, "accuracy": 0.3}] + [_row(s, 0.3, ess=None) for s in (1, 2)]
+    s = run_summary(rows)
+    assert s["collapsed"] == 0.0
+    assert s["mean_ess_fraction"] is None and s["min_ess_fraction"] is None
+    assert s["final_accuracy"] is None  # never evaluated after step 0
