@@ -62,5 +62,6 @@ def read_rows(folder: Path) -> list[dict]:
 
 
 def write_json(path: Path, data: dict) -> None:
-    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    """``data`` as indented JSON, keys in their order (the objectives' as given, a regime's fields' as declared)."""
+    text = json.dumps(data, indent=1) + "\n"
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))

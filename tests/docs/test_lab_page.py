@@ -4,6 +4,7 @@ runs, the error lines are what the lab prints, and the published tables are the 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -90,3 +91,24 @@ def test_the_error_lines_are_what_the_lab_prints(tmp_path, monkeypatch):
     write_spec(spec, folder)
     longer = RunSpec(**{**spec.__dict__, "steps": 200})
     assert lines[1].strip() == f"rlstab compare: {mismatch(longer, folder)}"
+
+
+PUBLISHED = sorted((ROOT / "docs" / "lab").glob("*.json"))
+
+
+def test_there_are_published_results():
+    assert [p.stem for p in PUBLISHED] == ["token"]  # the policy-lag and sparse grids are still running
+
+
+@pytest.mark.parametrize("path", PUBLISHED, ids=[p.stem for p in PUBLISHED])
+def test_the_published_tables_are_the_stored_results_report(path):
+    from rlstab.lab.report import markdown
+
+    data = json.loads(path.read_text())
+    text = markdown(data)
+    sections = text[text.index("## Regime"):text.index("## Definitions")].rstrip()
+    assert sections.replace("\n## ", "\n#### ").replace("## Regime", "#### Regime", 1) in PAGE
+    assert f"(images/lab_{path.stem}.png)" in PAGE
+    assert (ROOT / "docs" / "images" / f"lab_{path.stem}.png").stat().st_size > 10_000
+    assert "--out runs/lab/" in data["command"]  # the page's commands, no machine's path
+    assert len(data["settings"]["seeds"]) >= 5
