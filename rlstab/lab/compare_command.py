@@ -7,15 +7,7 @@ import os
 import shlex
 import sys
 
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+from rlstab.demo.demo_command import _positive
 
 
 def register(subparsers) -> argparse.ArgumentParser:

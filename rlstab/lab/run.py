@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -80,8 +81,6 @@ def execute(
     """
     folder = Path(folder)
     if (folder / SUMMARY_FILE).exists():
-        import json
-
         return {"summary": json.loads((folder / SUMMARY_FILE).read_text()), "rows": read_rows(folder)}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
