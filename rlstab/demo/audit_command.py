@@ -45,7 +45,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--model", default="tiny", choices=("tiny", "smollm2"),
                    help="tiny (default: the demo's character transformer, warm-started and cached) or smollm2 "
                         "(SmolLM2-135M-Instruct, an optional extra)")
-    p.add_argument("--task", default="add2", help="add2 (default), add3 or mul2")
+    p.add_argument("--task", default="add2", help="add2 (default), add3, mul2 or add1 (direct answers, for --model smollm2)")
     p.add_argument("--prompts", type=_positive, default=None,
                    help=f"problems to sample (default {DEFAULT_PROMPTS['tiny']} for tiny, {DEFAULT_PROMPTS['smollm2']} for "
                         "smollm2: STAPO's spurious tokens are about 1 in 10,000)")

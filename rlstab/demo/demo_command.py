@@ -44,7 +44,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--objective", action="append", metavar="PRESET|FILE",
                    help=f"a preset name or an objective YAML file; repeat to compare (default: {' and '.join(DEFAULT_OBJECTIVES)})")
-    p.add_argument("--task", default="add2", help="add2 (default), add3 or mul2 (harder: instability shows more)")
+    p.add_argument("--task", default="add2", help="add2 (default), add3 or mul2 (harder: instability shows more), or add1 (direct answers, for --model smollm2)")
     p.add_argument("--model", default="tiny", help="tiny (default, trained in-process) or smollm2 (an optional extra)")
     p.add_argument("--steps", type=_positive, default=d.steps, help=f"RL steps per objective (default {d.steps})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the warm start and of every objective's run (default {d.seed})")

@@ -11,6 +11,8 @@ the token masks (STAPO's S2T, 20-Entropy's quantile) look at.
 with the carry written out. ``add3`` is the same with three digits (a longer chain, more places
 to go wrong), ``mul2`` multiplies two 2-digit numbers through two partial products
 (``"47*38="`` -> ``"47*8=376,47*30=1410:1786"``), which a 1M-parameter model finds much harder.
+``add1`` is single-digit addition answered directly (``"7+8="`` -> ``"15"``): the task a small
+pretrained LM (``--model smollm2``) partly solves from a few examples, where it fails at ``add2``.
 
 Held-out problems are a fixed tenth of each task's problem space (by a stable hash of the
 prompt), so the held-out accuracy measures problems that neither the warm start nor RL trained on.
@@ -161,7 +163,35 @@ class Multiplication:
         return f"{a}*{units}={a * units},{a}*{tens}={a * tens}:{a * b}"
 
 
-TASKS: dict[str, Task] = {t.name: t for t in (Addition(2), Addition(3), Multiplication())}
+@dataclass(frozen=True)
+class DirectAddition:
+    """Single-digit addition answered directly, with no chain of thought: ``"7+8="`` -> ``"15"``.
+
+    The task for a small *pretrained* LM. SmolLM2-135M-Instruct, shown three solved examples in its
+    chat prompt (``rlstab.demo.smollm2``), answers a fifth to a quarter of these problems (measured
+    on 64 random problems: 22% sampled at temperature 0.8, 30% greedy), while it gets 0-1% of
+    ``add2`` and 0% of 2-digit sums answered directly. RL needs groups with both right and wrong
+    answers, and only this task gives it many. The reward is exact match of the whole response,
+    surrounding whitespace ignored (a tokenizer may put a space before the digits). The problem
+    space is small (operands 1-9: 81 problems), so the held-out tenth is 13 problems.
+    """
+
+    name: str = "add1"
+    description: str = "single-digit addition, the answer alone"
+    max_new_tokens: int = 5  # "18", EOS, and room for a leading space token or two
+
+    def problems(self, n: int, generator: torch.Generator) -> list[Problem]:
+        operands = torch.randint(1, 10, (n, 2), generator=generator).tolist()
+        return [Problem(f"{a}+{b}=", str(a + b)) for a, b in operands]
+
+    def reward(self, problem: Problem, response_text: str) -> float:
+        return float(response_text.strip() == problem.answer)
+
+    def demonstration(self, problem: Problem) -> str:
+        return problem.answer
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (Addition(2), Addition(3), Multiplication(), DirectAddition())}
 
 
 def task_names() -> tuple[str, ...]:
@@ -169,7 +199,7 @@ def task_names() -> tuple[str, ...]:
 
 
 def get_task(name: str) -> Task:
-    """The task called ``name`` (``add2``, ``add3``, ``mul2``)."""
+    """The task called ``name`` (``add2``, ``add3``, ``mul2``, ``add1``)."""
     try:
         return TASKS[name]
     except KeyError:

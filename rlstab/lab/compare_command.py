@@ -27,9 +27,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=_positive, default=5, help="seeds 0..N-1 per objective and regime (default 5)")
     p.add_argument("--steps", type=_positive, default=100, help="RL steps per run (default 100)")
     p.add_argument("--regime", action="append", metavar="NAME|FILE",
-                   help="a shipped regime (default, entropy-collapse, policy-lag, sparse) or a regime YAML file; "
+                   help="a shipped regime (default, entropy-collapse, policy-lag, sparse, small-lm) or a regime YAML file; "
                         "repeat for several (default: default)")
-    p.add_argument("--task", default="add2", help="task of the regimes that do not fix one: add2 (default), add3, mul2")
+    p.add_argument("--task", default="add2", help="task of the regimes that do not fix one: add2 (default), add3, mul2, add1")
     p.add_argument("--model", default="tiny", help="tiny (default) or smollm2 (an optional extra)")
     p.add_argument("--workers", type=_positive, default=None,
                    help=f"local worker processes, one run and one torch thread each (default: the cores, {os.cpu_count()})")

@@ -147,6 +147,7 @@ def write(plan, data: dict) -> None:
 
 _PANELS = (
     ("accuracy", "held-out accuracy", 1.0),
+    ("reward", "mean reward of the step's rollouts", 1.0),
     ("entropy", "entropy (nats/token)", 1.0),
     ("grad_norm", "gradient norm", 1.0),
     ("silenced_fraction", "silenced tokens (%)", 100.0),
@@ -194,7 +195,8 @@ def write_curves(plan, data: dict, path: Path) -> Path:
         axes[-1, col].set_xlabel("RL step")
     axes[0, 0].legend(fontsize=8, loc="best")
     n = len(data["settings"]["seeds"])
-    fig.suptitle(f"rlstab compare: mean over {n} seeds, band = 95% t interval of the mean", fontsize=11)
+    # Two lines: one regime's column is too narrow for the whole title on one.
+    fig.suptitle(f"rlstab compare: mean over {n} seeds\nband = 95% t interval of the mean", fontsize=10.5)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -36,6 +36,35 @@ def test_add2_reward_hand_examples(response, reward):
     assert get_task("add2").reward(ADD2, response) == reward
 
 
+@pytest.mark.parametrize(
+    "response, reward",
+    [
+        ("15", 1.0),
+        (" 15", 1.0),  # a tokenizer's leading space is not part of the answer
+        ("15\n", 1.0),
+        (":15", 0.0),  # add1 is answered directly: the whole response is the answer
+        ("7+8=15", 0.0),
+        ("16", 0.0),
+        ("150", 0.0),
+        ("1 5", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_add1_reward_hand_examples(response, reward):
+    assert get_task("add1").reward(Problem("7+8=", "15"), response) == reward
+
+
+def test_add1_space_and_held_out_tenth():
+    task = get_task("add1")
+    problems = task.problems(2000, torch.Generator().manual_seed(0))
+    operands = {int(x) for p in problems for x in p.prompt.rstrip("=").split("+")}
+    assert operands == set(range(1, 10))  # 9 x 9 = 81 problems
+    # The crc32 split keeps 13 of the 81 aside; held_out_problems returns all of them, and no more.
+    held = held_out_problems(task, 256)
+    assert len(held) == 13 and all(is_held_out(p) for p in held)
+    assert len({p.prompt for p in problems if is_held_out(p)}) == 13
+
+
 def test_final_answer():
     assert final_answer("a:b:12") == "12"
     assert final_answer("12") is None
@@ -51,6 +80,8 @@ def test_final_answer():
         ("add3", "123+989=", "1112", "3+9=12,2+8+1=11,1+9+1=11:1112"),
         ("mul2", "47*38=", "1786", "47*8=376,47*30=1410:1786"),
         ("mul2", "12*10=", "120", "12*0=0,12*10=120:120"),
+        ("add1", "7+8=", "15", "15"),
+        ("add1", "1+1=", "2", "2"),
     ],
 )
 def test_demonstrations_earn_full_reward(task, prompt, answer, demonstration):

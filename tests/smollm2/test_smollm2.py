@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -163,3 +165,22 @@ def test_rlstab_audit_with_smollm2_end_to_end(tmp_path):
             assert 0.0 <= m["fraction"] <= 1.0
     png = (tmp_path / "audit.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_the_lab_plans_the_docs_smollm2_command_and_runs_a_step(tmp_path):
+    from rlstab.cli import build_parser
+    from rlstab.lab import compare, plan
+
+    page = (Path(__file__).parents[2] / "docs" / "lab.md").read_text().replace("\\\n", " ")
+    (line,) = [text.strip() for text in page.splitlines() if text.startswith("rlstab compare --model smollm2")]
+    args = build_parser().parse_args(shlex.split(line)[1:])
+    planned = plan(args.objective, out=tmp_path / "planned", seeds=args.seeds, steps=args.steps,
+                   regimes=args.regime, model=args.model)
+    assert len(planned.jobs) == 3
+
+    results = compare(["grpo"], seeds=1, steps=1, regimes=["small-lm"], model="smollm2", workers=1,
+                      out=tmp_path / "run", progress=False)
+    (run,) = results["runs"]
+    assert run["summary"]["steps"] == 1 and 0.0 <= run["summary"]["final_reward"] <= 1.0
+    rows = (tmp_path / "run" / run["folder"] / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in rows] == [0, 1]
