@@ -191,6 +191,10 @@ def write_curves(plan, data: dict, path: Path) -> Path:
                         marker="o" if field == "accuracy" else None, markersize=2.5)
                 ax.fill_between(x, [v * scale for v in low], [v * scale for v in high], color=colour, alpha=0.18, linewidth=0)
                 ax.set_title(f"{regime}: {title}" if row == 0 else title, fontsize=9.5)
+                if field == "silenced_fraction":
+                    # Silenced shares span 0.001% (STAPO's spurious tokens) to 80% (20-Entropy): a
+                    # linear axis shows the small ones as zero. Linear below 0.01%, logarithmic above.
+                    ax.set_yscale("symlog", linthresh=0.01)
                 ax.grid(alpha=0.3)
         axes[-1, col].set_xlabel("RL step")
     axes[0, 0].legend(fontsize=8, loc="best")
