@@ -61,6 +61,38 @@ def read_rows(folder: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+CHECKPOINT_KEYS = frozenset({
+    "step", "rows", "weights", "optimizer", "objective_state", "problem_rng", "sample_rng", "torch_rng", "snapshots",
+})
+
+
+def unreadable(folder: Path) -> str | None:
+    """Why a run folder's files cannot be read back (None when they can, or the folder is new).
+
+    A finished run needs its ``summary.json`` (an object) and ``metrics.jsonl`` (an object per
+    line); an unfinished one needs a loadable ``checkpoint.pt`` if it has one. Files that rlstab
+    wrote atomically are never half written, so this meets only files edited or damaged by hand;
+    each gives one line naming the file, found before any training starts.
+    """
+    folder = Path(folder)
+    summary = path = folder / SUMMARY_FILE
+    try:
+        if summary.exists():
+            for path in (summary, folder / METRICS_FILE):
+                lines = [path.read_text()] if path == summary else path.read_text().splitlines()
+                if not all(isinstance(json.loads(line), dict) for line in lines if line.strip()):
+                    raise ValueError("not a JSON object")
+        elif (folder / CHECKPOINT_FILE).exists():
+            path = folder / CHECKPOINT_FILE
+            saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            if not isinstance(saved, dict) or not CHECKPOINT_KEYS <= saved.keys():
+                raise ValueError("not an rlstab lab checkpoint")
+    except Exception as err:  # any damage (JSON, unpickling, I/O) is the same answer: this file cannot be used
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return f"{path} is unreadable ({reason}); delete the folder {folder} to rerun that run"
+    return None
+
+
 def write_json(path: Path, data: dict) -> None:
     """``data`` as indented JSON, keys in their order (the objectives' as given, a regime's fields' as declared)."""
     text = json.dumps(data, indent=1) + "\n"

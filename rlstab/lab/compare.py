@@ -22,7 +22,7 @@ import torch
 import rlstab
 from rlstab.errors import one_line
 from rlstab.lab.backends import backend
-from rlstab.lab.checkpoint import SUMMARY_FILE, write_json
+from rlstab.lab.checkpoint import SUMMARY_FILE, unreadable, write_json
 from rlstab.lab.regimes import Regime, load_regime
 from rlstab.lab.spec import RunSpec, folder_name, mismatch
 from rlstab.lab.statistics import mean_interval, paired_difference
@@ -97,7 +97,7 @@ def plan(
             for seed in seed_list:
                 spec = RunSpec(label, objective.to_yaml(), objective.fingerprint(), regime, regime_task, model, seed, steps)
                 folder = spec.folder(p.out)
-                problem = mismatch(spec, folder)
+                problem = mismatch(spec, folder) or unreadable(folder)
                 if problem:
                     raise LabError(problem)
                 p.jobs.append((spec, folder))

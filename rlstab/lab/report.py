@@ -3,8 +3,8 @@
 The report gives, per regime, a leaderboard (mean and 95% interval over seeds of each summary
 metric) and the paired differences against the baseline, and says in words which differences are
 distinguishable from zero and which are not. The curves show, per regime (one column each), the
-mean over seeds of held-out accuracy, entropy, gradient norm and silenced tokens with a band: the
-95% t interval of the mean at each step. matplotlib is imported only here.
+mean over seeds of held-out accuracy, the rollouts' reward, entropy, gradient norm and silenced
+tokens with a band: the 95% t interval of the mean at each step. matplotlib is imported only here.
 """
 
 from __future__ import annotations

@@ -32,9 +32,11 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def accuracy_auc(rows: Sequence[dict], steps: int) -> float | None:
+def accuracy_auc(rows: Sequence[dict]) -> float | None:
+    """Trapezoid area under the evaluated accuracies over the evaluated span (step 0 to the last step,
+    which is always evaluated), divided by that span; None with fewer than two evaluations."""
     points = [(r["step"], r["accuracy"]) for r in rows if r.get("accuracy") is not None]
-    if len(points) < 2 or steps <= 0:
+    if len(points) < 2:
         return None
     area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(points, points[1:]))
     return area / (points[-1][0] - points[0][0])
@@ -51,7 +53,7 @@ def run_summary(rows: Sequence[dict]) -> dict:
         "steps": n,
         "start_accuracy": accuracies[0] if accuracies else None,
         "final_accuracy": accuracies[-1] if len(accuracies) > 1 else None,
-        "accuracy_auc": accuracy_auc(rows, n),
+        "accuracy_auc": accuracy_auc(rows),
         "final_reward": _mean([r["reward"] for r in tail]),
         "mean_reward": _mean([r["reward"] for r in steps]),
         "start_entropy": start_entropy,

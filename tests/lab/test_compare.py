@@ -98,6 +98,48 @@ def test_bad_inputs_fail_before_anything_trains(serial, monkeypatch, kwargs, err
     assert len(str(err.value).splitlines()) == 1
 
 
+def _damage_summary(run: Path) -> Path:
+    (run / "summary.json").write_text('{"final_accuracy": 0.5')  # cut short
+    return run / "summary.json"
+
+
+def _damage_metrics(run: Path) -> Path:
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write("[1, 2]\n")  # JSON, but not a row
+    return run / "metrics.jsonl"
+
+
+def _damage_checkpoint(run: Path) -> Path:
+    (run / "summary.json").unlink()  # an unfinished run ...
+    (run / "checkpoint.pt").write_bytes(b"\x80\x04not a checkpoint")  # ... whose checkpoint is garbage
+    return run / "checkpoint.pt"
+
+
+def _foreign_checkpoint(run: Path) -> Path:
+    import torch
+
+    (run / "summary.json").unlink()
+    torch.save({"step": 2}, run / "checkpoint.pt")  # loadable, but not the lab's
+    return run / "checkpoint.pt"
+
+
+@pytest.mark.parametrize("damage", [_damage_summary, _damage_metrics, _damage_checkpoint, _foreign_checkpoint])
+def test_a_damaged_run_folder_is_one_line_before_anything_trains(serial, tmp_path, monkeypatch, damage):
+    import shutil
+
+    import rlstab.lab.run as run
+
+    out, data, cache = serial
+    shutil.copytree(out, tmp_path / "out")
+    path = damage(tmp_path / "out" / data["runs"][1]["folder"])
+    monkeypatch.setattr(run, "_train", lambda *a, **k: pytest.fail("trained before checking the run folders"))
+    with pytest.raises(LabError) as err:
+        compare(["grpo", "tis"], out=tmp_path / "out", workers=1, cache_dir=cache, **GRID)
+    message = str(err.value)
+    assert message.startswith(f"{path} is unreadable (") and message.endswith("to rerun that run")
+    assert len(message.splitlines()) == 1
+
+
 def _cli(out: Path, cache: Path, *extra: str) -> list[str]:
     regime = out.parent / "quick-lag.yaml"
     regime.write_text(json.dumps(QUICK_LAG))  # JSON is YAML

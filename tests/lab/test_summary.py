@@ -13,8 +13,8 @@ def test_accuracy_auc_is_the_trapezoid_mean():
     # points (0, 0.2), (2, 0.4), (4, 0.4): area 2 * 0.3 + 2 * 0.4 = 1.4 over 4 steps = 0.35
     rows = [{"step": 0, "accuracy": 0.2}, {"step": 1, "accuracy": None}, {"step": 2, "accuracy": 0.4},
             {"step": 3}, {"step": 4, "accuracy": 0.4}]
-    assert accuracy_auc(rows, 4) == pytest.approx(0.35)
-    assert accuracy_auc(rows[:1], 4) is None
+    assert accuracy_auc(rows) == pytest.approx(0.35)
+    assert accuracy_auc(rows[:1]) is None
 
 
 def test_run_summary_by_hand():
