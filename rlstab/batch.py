@@ -13,7 +13,7 @@ import torch
 # Fields laid out per token, [B, T].
 TOKEN_FIELDS = ("logprobs", "old_logprobs", "entropy", "rollout_logprobs", "ref_logprobs")
 # Fields laid out per sequence, [B].
-SEQUENCE_FIELDS = ("rewards", "group_ids")
+SEQUENCE_FIELDS = ("rewards", "group_ids", "grad_sq_norms", "is_branch")
 
 
 class BatchError(ValueError):
@@ -51,6 +51,12 @@ class TokenBatch:
             built-in losses multiply ``pg_losses``; masks, clip metrics and denominators ignore it.
         rewards: ``[B]`` scalar outcome reward of each response.
         group_ids: ``[B]`` integer id of the prompt each response answers (its GRPO group).
+        grad_sq_norms: ``[B]`` squared norm of each response's score-function gradient,
+            ``||grad_theta sum_t log pi(y_t)||^2`` over its response tokens (no gradient), for VCPO's
+            off-policy optimal baseline (advantage ``opob``). Only a trainer that backpropagates
+            each response on its own can supply it exactly (rlstab's embedded trainer does).
+        is_branch: ``[B]`` bool, True on the rows of DEEP-GRPO's local branches (continuations
+            resampled from a pivot of a failed response), which ``dual_stream`` aggregates apart.
 
     Any layout is accepted (a transposed or column-major buffer, a slice with a step, an
     ``expand``-ed view): the loss reads contiguous float32 copies where needed and the gradient
@@ -68,6 +74,8 @@ class TokenBatch:
     is_weights: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
     group_ids: torch.Tensor | None = None
+    grad_sq_norms: torch.Tensor | None = None
+    is_branch: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self._validate()
@@ -134,6 +142,17 @@ class TokenBatch:
                 raise BatchError(f"TokenBatch.rewards must be [B] = [{B}], got {list(self.rewards.shape)}")
             if not self.rewards.is_floating_point():
                 self.rewards = self.rewards.float()
+        if self.grad_sq_norms is not None:
+            if tuple(self.grad_sq_norms.shape) != (B,):
+                raise BatchError(f"TokenBatch.grad_sq_norms must be [B] = [{B}], got {list(self.grad_sq_norms.shape)}")
+            if not self.grad_sq_norms.is_floating_point():
+                raise BatchError(f"TokenBatch.grad_sq_norms must be floating point, got {self.grad_sq_norms.dtype}")
+        if self.is_branch is not None:
+            if tuple(self.is_branch.shape) != (B,) or self.is_branch.dtype != torch.bool:
+                raise BatchError(
+                    f"TokenBatch.is_branch must be a bool [B] = [{B}] tensor, got {self.is_branch.dtype} "
+                    f"{list(self.is_branch.shape)}"
+                )
         if self.group_ids is not None:
             if tuple(self.group_ids.shape) != (B,):
                 raise BatchError(f"TokenBatch.group_ids must be [B] = [{B}], got {list(self.group_ids.shape)}")

@@ -59,6 +59,8 @@ class StepStats:
             for a mask whose ``quantile_request`` returns a list of requests.
         advantage: the fitted estimator state, or None when the batches carried advantages.
         hooks: one step value per reweighter, then one for the surrogate (``begin_step``'s result).
+        branch_counts: with ``dual_stream``, the denominators of the branch stream's rows; those of
+            the main stream are ``counts`` less these. None otherwise.
         step_level: the step-level decisions (groups dropped by dynamic sampling, the ESS scale).
         fingerprint: [`Objective.fingerprint`][rlstab.Objective.fingerprint] of the objective that
             gathered them: the loss of any objective with another fingerprint refuses them (a
@@ -74,6 +76,7 @@ class StepStats:
     step_level: StepLevel = StepLevel()
     fingerprint: str = ""
     objective_name: str = ""
+    branch_counts: StepCounts | None = None
 
     @property
     def lr_scale(self) -> float:
@@ -139,7 +142,7 @@ class CompiledObjective:
         for i, r in enumerate(objective.regularisers):
             self._reads += [(f"regularisers[{i}] ({r.kind})", f) for f in sorted(r.reads)]
         step_level = [(f"reward_shaping[{i}] ({c.kind})", c) for i, c in enumerate(objective.reward_shaping)]
-        for name in ("group_filter", "lr_scale"):
+        for name in ("group_filter", "lr_scale", "dual_stream"):
             if getattr(objective, name) is not None:
                 step_level.append((f"{name} ({getattr(objective, name).kind})", getattr(objective, name)))
         for who, c in step_level:
@@ -243,7 +246,9 @@ class CompiledObjective:
         names.append("advantages" if batch.advantages is not None else "rewards")
         if batch.is_weights is not None:
             names.append("is_weights")
-        read = {f for _, f in self._reads} - {"advantages"}
+        read = {f for _, f in self._reads} - {"advantages", "is_branch"}  # a bool cannot be non-finite
+        if batch.advantages is None:
+            read |= set(self.objective.advantage.reads) - {"rewards", "group_ids"}
         if batch.entropy is not None:
             read.add("entropy")  # reported as entropy/mean even when no component reads it
         return names + sorted(read)
@@ -317,7 +322,7 @@ class CompiledObjective:
                 for chunks in (zip(*requests) if several else [requests])
             )
             thresholds.append(found if several else found[0])
-        masked, local = [], torch.zeros(5, dtype=torch.float64)
+        masked, local = [], torch.zeros(5 if self.objective.dual_stream is None else 9, dtype=torch.float64)
         max_length = 0
         for t in tokens:
             keeps = self._mask_keeps(t, thresholds)
@@ -326,14 +331,21 @@ class CompiledObjective:
             valid_rows, kept_rows = t.valid.sum(-1), kept.sum(-1)
             sums = [valid_rows.sum(), kept_rows.sum(), (valid_rows > 0).sum(), (kept_rows > 0).sum()]
             sums.append(non_finite_count(t.batch, self._checked_fields(t.batch)) if check else torch.zeros((), device=t.valid.device))
+            if self.objective.dual_stream is not None:  # the branch stream's own denominators
+                branch = t.batch.is_branch.to(valid_rows.dtype)
+                sums += [(valid_rows * branch).sum(), (kept_rows * branch).sum(), ((valid_rows > 0) * branch).sum(),
+                         ((kept_rows > 0) * branch).sum()]
             local += torch.stack([s.to(torch.float64) for s in sums]).to(device="cpu")
             max_length = max(max_length, t.valid.shape[-1])
         device = tokens[0].valid.device if tokens else torch.device("cpu")
         totals = comm.sum(local.to(device)).tolist()
         max_length = int(comm.max(torch.tensor(max_length, device=device)))
         counts = StepCounts(*totals[:4], max_length=max_length, world_size=comm.world_size)
+        branch_counts = None
+        if self.objective.dual_stream is not None:
+            branch_counts = StepCounts(*totals[5:9], max_length=max_length, world_size=comm.world_size)
         stats = StepStats(
-            counts, tuple(thresholds), advantage_state, hooks, step_level, self.fingerprint, self._name
+            counts, tuple(thresholds), advantage_state, hooks, step_level, self.fingerprint, self._name, branch_counts
         )
         return stats, masked, pending, totals[4] > 0
 
@@ -370,7 +382,9 @@ class CompiledObjective:
             torch.stack([t.valid.sum(-1), _responses(t.batch).to(torch.float32)], -1).reshape(-1) for t in tokens
         ])).reshape(-1, 2)
         lengths, responses = rows[:, 0], rows[:, 1] > 0
-        state = est.fit(rewards, group_ids, lengths, responses)
+        parts = [est.sequence_inputs(t) for t in tokens]
+        inputs = {name: comm.cat(torch.cat([p[name] for p in parts])) for name in (parts[0] if parts else {})}
+        state = est.fit(rewards, group_ids, lengths, responses, **inputs)
         for t in tokens:
             rewards = shaped_rewards(self.objective, t.batch)
             t.set_advantages(est.apply(state, rewards, _group_ids(t.batch), _responses(t.batch)))
@@ -432,6 +446,16 @@ class CompiledObjective:
                 raise BatchError("the step was gathered from batches with advantages; this one has none")
             t.set_advantages(batch.advantages)
 
+    def _scale(self, agg, step: StepStats, t: Tokens, row_tokens: torch.Tensor):
+        """``agg``'s per-token weight; with ``dual_stream``, each stream's own, the branch stream's times lambda."""
+        if step.branch_counts is None:
+            return agg.scale(step.counts, row_tokens)
+        main = _minus(step.counts, step.branch_counts)
+        lam = self.objective.dual_stream.branch_weight
+        as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=row_tokens.device)  # noqa: E731
+        main_scale, branch_scale = as_tensor(agg.scale(main, row_tokens)), as_tensor(agg.scale(step.branch_counts, row_tokens))
+        return torch.where(t.batch.is_branch.unsqueeze(-1), lam * branch_scale, main_scale)
+
     def _loss(self, batch: TokenBatch, t: Tokens, step: StepStats, keeps, kept) -> LossOutput | list[str]:
         """The loss and metrics; the list of checked fields instead when an input is not finite."""
         obj = self.objective
@@ -464,7 +488,7 @@ class CompiledObjective:
 
         agg = obj.aggregation
         row_tokens = (kept if agg.count == "kept" else t.valid).sum(-1)
-        weight = kept * agg.scale(counts, row_tokens)
+        weight = kept * self._scale(agg, step, t, row_tokens)
         if batch.is_weights is not None:
             w = f32(batch.is_weights)
             weight = weight * (w.unsqueeze(-1) if w.dim() == 1 else w)
@@ -486,7 +510,7 @@ class CompiledObjective:
         metric("loss/policy", result.loss)
 
         if obj.regularisers:
-            reg_weight = t.valid * self._regulariser_aggregation.scale(counts, t.valid.sum(-1))
+            reg_weight = t.valid * self._scale(self._regulariser_aggregation, step, t, t.valid.sum(-1))
             for label, reg in zip(self.regulariser_labels, obj.regularisers):
                 value = (reg.term(batch, t) * reg_weight).sum()
                 loss = loss + reg.coef * value
@@ -497,8 +521,14 @@ class CompiledObjective:
         metric("tokens/kept_fraction", n_kept / n_valid_safe)
         metric("step/tokens_valid", counts.tokens_valid)
         metric("step/tokens_kept", counts.tokens_kept)
+        if step.branch_counts is not None:
+            metric("step/branch_tokens_valid", step.branch_counts.tokens_valid)
+            metric("step/branch_responses", step.branch_counts.sequences_valid)
         for name, value in step.step_level.metrics(obj).items():
             metric(name, value)
+        if step.advantage is not None:
+            for name, value in obj.advantage.step_metrics(step.advantage).items():
+                metric(f"advantage/{obj.advantage.kind}/{name}", value)
         for name, count in result.counts.items():
             metric(name, count / n_valid_safe)
         metric("approx_kl", -torch.dot(valid_flat, t.log_ratio.reshape(-1)) / n_valid_safe)
@@ -541,6 +571,15 @@ def _caller_level() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _minus(total: StepCounts, part: StepCounts) -> StepCounts:
+    """The denominators of the rows not in ``part`` (the main stream)."""
+    return StepCounts(
+        total.tokens_valid - part.tokens_valid, total.tokens_kept - part.tokens_kept,
+        total.sequences_valid - part.sequences_valid, total.sequences_kept - part.sequences_kept,
+        max_length=total.max_length, world_size=total.world_size,
+    )
 
 
 def _kept(t: Tokens, keeps: list[torch.Tensor]) -> torch.Tensor:

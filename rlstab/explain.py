@@ -37,8 +37,43 @@ def explain(objective: Objective) -> str:
         lines.append(f"  group_filter {o.group_filter.describe()}")
     if o.lr_scale is not None:
         lines.append(f"  lr_scale {o.lr_scale.describe()}")
+    if o.dual_stream is not None:
+        lines.append(f"  dual_stream {o.dual_stream.describe()}")
+    if o.sampler is not None:
+        lines.append(f"  sampler {o.sampler.describe()}")
+    if o.rollout is not None:
+        lines.append(f"  rollout {o.rollout.describe()}")
     lines.append("  Step statistics (quantiles, group statistics, denominators) span every micro-batch and rank of the step.")
     local = o.compile().per_micro_batch()
     if local:
         lines.append(f"  Computed within each micro-batch instead (as in the papers' code): {', '.join(local)}.")
+    lines.append("")
+    lines.append("Where each part runs:")
+    lines += [f"  {layer:<8} {parts}: {where}" for layer, parts, where in placement(o)]
     return "\n".join(lines)
+
+
+_EVERY_TRAINER = "the compiled loss, in any trainer (embedded, veRL, OpenRLHF, TRL)"
+_EMBEDDED = "rlstab's embedded trainer (demo, lab)"
+
+
+def placement(o: Objective) -> list[tuple[str, str, str]]:
+    """``(layer, parts, who executes them)`` for each layer the objective uses: loss, step, sampler, rollout."""
+    loss = ["surrogate", "aggregation"] + [name for name in ("masks", "reweighters", "regularisers") if getattr(o, name)]
+    rows = [("loss", ", ".join(loss), _EVERY_TRAINER)]
+    step = ["advantage (step statistics)"] + [n for n in ("reward_shaping", "group_filter") if getattr(o, n)]
+    rows.append(("step", ", ".join(step), "gather, over every micro-batch and rank, in any trainer"))
+    if o.advantage.kind == "opob":
+        rows.append(("step", "advantage (opob) gradient norms", f"{_EMBEDDED}; refused by the adapters"))
+    if o.lr_scale is not None:
+        rows.append(("step", "lr_scale", f"the trainer's optimizer step: {_EMBEDDED}; refused by the adapters"))
+    if o.dual_stream is not None:
+        rows.append(("loss", "dual_stream", f"the compiled loss, fed branch rows: {_EMBEDDED}, or an agent loop through "
+                                           "the Python API; refused by the adapters"))
+    if o.sampler is not None:
+        rows.append(("sampler", o.sampler.kind, f"{_EMBEDDED}; veRL's legacy trainer through its dataset hook "
+                                                "(rlstab.adapters.verl.sampler.GoldilocksDataset); refused by OpenRLHF and TRL"))
+    if o.rollout is not None:
+        rows.append(("rollout", o.rollout.kind, f"{_EMBEDDED}; veRL needs an agent loop (the authors' recipe); "
+                                                "refused by the adapters"))
+    return rows

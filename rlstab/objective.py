@@ -17,9 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlstab.advantages import GRPO, AnyAdvantage
 from rlstab.aggregation import AnyAggregation
 from rlstab.clipping import AnySurrogate, PPOClip
+from rlstab.exploration import AnyRollout, DualStream
 from rlstab.masks import AnyMask
 from rlstab.regularisers import AnyRegulariser
 from rlstab.reweighters import AnyReweighter
+from rlstab.sampling import AnySampler
 from rlstab.step import AnyRewardShaping, DynamicSampling, ESSLearningRateScale
 
 if TYPE_CHECKING:
@@ -53,6 +55,12 @@ class Objective(BaseModel):
     """Drop prompt groups over the whole step (DAPO's dynamic sampling): their responses become padding."""
     lr_scale: ESSLearningRateScale | None = None
     """A factor for the step's learning rate, returned by gather as ``StepStats.lr_scale`` (VCPO)."""
+    dual_stream: DualStream | None = None
+    """Aggregate DEEP-GRPO's branch rows (``TokenBatch.is_branch``) apart and add them with weight lambda."""
+    sampler: AnySampler | None = None
+    """Which prompts to train on (sample layer: Goldilocks); executed by the trainer, not the loss."""
+    rollout: AnyRollout | None = None
+    """How rollouts are generated (exploration layer: DEEP-GRPO's pivot branching); executed by the trainer."""
     log_ratio_clamp: float = Field(20.0, gt=0.0, le=80.0)
     """log r is clamped to [-c, c] before exp (veRL uses 20), so a stale token cannot overflow."""
     quantile_mode: Literal["exact", "histogram"] = "exact"
@@ -76,6 +84,9 @@ class Objective(BaseModel):
         differ only in their name or description compute the same thing and share statistics.
         """
         data = self.model_dump(exclude={"name", "description"})  # python mode: an infinite bound stays Infinity
+        for layer in _LATER_FIELDS:  # absent, as before they existed: an objective without them keeps its digest
+            if data[layer] is None:
+                del data[layer]
         text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -90,6 +101,10 @@ class Objective(BaseModel):
         from rlstab.explain import explain
 
         return explain(self)
+
+
+# Fields added after fingerprints were first published; left out of the digest while unset.
+_LATER_FIELDS = ("dual_stream", "sampler", "rollout")
 
 
 def _kind_first(data):

@@ -1,5 +1,6 @@
 """Random batches shared by the tests (importable: tests/ is on pytest's pythonpath)."""
 
+import dataclasses
 import math
 
 import torch
@@ -41,12 +42,15 @@ def random_batch(
     # The inference engine's log-probs: near the trainer's old ones. Own stream, so the other fields keep their values.
     noise = torch.Generator().manual_seed(10_000 + seed)
     fields["rollout_logprobs"] = (fields["old_logprobs"].float() + 0.05 * torch.randn(B, T, generator=noise)).to(dtype)
+    # Per-response fields some components read: VCPO's gradient norms, DEEP-GRPO's branch rows (whole groups).
+    fields["grad_sq_norms"] = torch.rand(B, generator=noise) * 10.0 + 0.1
+    fields["is_branch"] = fields["group_ids"] >= (groups + 1) // 2
     if advantages == "sequence":
         fields["advantages"] = torch.randn(B, generator=g).to(dtype)
     elif advantages == "token":
         fields["advantages"] = torch.randn(B, T, generator=g).to(dtype)
     if not (advantages is None if rewards is None else rewards):  # drawn all the same: the other fields keep their values
-        del fields["rewards"], fields["group_ids"]
+        del fields["rewards"], fields["group_ids"], fields["grad_sq_norms"]
     return rlstab.TokenBatch(**fields)
 
 
@@ -85,3 +89,24 @@ def draw_response_mask(draw, B: int, T: int) -> torch.Tensor:
         else:
             rows.append(draw(st.lists(st.booleans(), min_size=T, max_size=T)))
     return torch.tensor(rows, dtype=torch.bool).reshape(B, T)
+
+
+def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | dict):
+    """``batch`` (a TokenBatch or its fields) plus what ``objective`` reads beyond the loss's usual inputs, when absent.
+
+    The inputs a trainer running the objective's other layers supplies: rewards and group ids for a
+    group filter when the batch carries advantages (each response its own group, so nothing is
+    dropped and the loss is the filter-free one), branch marks for ``dual_stream`` (every other row),
+    each response's gradient norm for ``opob``. Rows appended later (padding) leave these values of
+    the first rows unchanged.
+    """
+    fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)} if isinstance(batch, rlstab.TokenBatch) else dict(batch)
+    B = fields["logprobs"].shape[0]
+    rows = torch.arange(B)
+    if objective.group_filter is not None and fields.get("rewards") is None:
+        fields["rewards"], fields["group_ids"] = torch.zeros(B), rows
+    if objective.dual_stream is not None and fields.get("is_branch") is None:
+        fields["is_branch"] = rows % 2 == 1
+    if "grad_sq_norms" in objective.advantage.reads and fields.get("grad_sq_norms") is None:
+        fields["grad_sq_norms"] = 1.0 + (rows % 3).float()
+    return rlstab.TokenBatch(**fields) if isinstance(batch, rlstab.TokenBatch) else fields

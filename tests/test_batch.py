@@ -10,6 +10,8 @@ import torch
 import rlstab
 from rlstab import BatchError, LossOutput, TokenBatch
 
+from batches import with_trainer_fields
+
 B, T = 3, 5
 NAN = float("nan")
 
@@ -35,9 +37,10 @@ def fields(**override) -> dict:
 
 
 def loss(name: str, **override) -> tuple[LossOutput, torch.Tensor]:
-    f = fields(**override)
+    objective = rlstab.load(name)
+    f = with_trainer_fields(objective, fields(**override))
     lp = f.pop("logprobs").detach().clone().requires_grad_(True)
-    out = rlstab.load(name).compile()(TokenBatch(logprobs=lp, **f))
+    out = objective.compile()(TokenBatch(logprobs=lp, **f))
     assert isinstance(out, LossOutput)
     out.loss.backward()
     return out, lp.grad

@@ -14,7 +14,7 @@ import torch
 import rlstab
 from rlstab import TokenBatch
 
-from batches import column_major, random_batch, stepped
+from batches import column_major, random_batch, stepped, with_trainer_fields
 
 PRESETS = rlstab.preset_names()
 FIELDS = ["logprobs", "response_mask", "old_logprobs", "advantages", "entropy", "rollout_logprobs", "ref_logprobs",
@@ -30,8 +30,9 @@ def contiguous_batch(advantages: str | None) -> dict:
 
 
 def run(name: str, fields: dict, leaf: torch.Tensor, logprobs: torch.Tensor, path: str):
-    loss_fn = rlstab.load(name).compile()
-    batch = TokenBatch(**{**fields, "logprobs": logprobs})
+    objective = rlstab.load(name)
+    loss_fn = objective.compile()
+    batch = TokenBatch(**with_trainer_fields(objective, {**fields, "logprobs": logprobs}))
     out = loss_fn(batch) if path == "single" else loss_fn(batch, step=loss_fn.gather([batch]))
     out.loss.backward()
     return out, leaf.grad

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import rlstab
 from rlstab import LossOutput, TokenBatch
 
-from batches import draw_response_mask
+from batches import draw_response_mask, with_trainer_fields
 
 
 # Per-preset tests run max_examples examples for each preset. Masks with a step quantile cost tens
@@ -109,7 +109,7 @@ def specs(draw) -> Spec:
 
 def run(fn, tensors: dict) -> tuple[LossOutput, torch.Tensor]:
     """Loss and gradient with respect to logprobs."""
-    tensors = dict(tensors)
+    tensors = with_trainer_fields(fn.objective, tensors)
     lp = tensors.pop("logprobs").detach().clone().requires_grad_(True)
     out = fn(TokenBatch(logprobs=lp, **tensors))
     assert isinstance(out, LossOutput), f"the loss returned {out!r} instead of a LossOutput"

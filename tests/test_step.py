@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 import rlstab
 
 import step_worker
-from batches import random_batch
+from batches import random_batch, with_trainer_fields
 from step_worker import run_step, take
 
 SPLITS = [(0, 3), (3, 8), (8, 12), (12, 16)]  # 4 uneven micro-batches of a 16-response step
@@ -49,7 +49,7 @@ def test_per_micro_batch_selection_depends_on_the_split(name):
 @pytest.mark.parametrize("advantages", [None, "sequence", "token"])
 @pytest.mark.parametrize("name", STEP_WIDE)
 def test_four_micro_batches_equal_the_whole_step(name, advantages):
-    batch = random_batch(B=16, T=24, seed=11, advantages=advantages)
+    batch = with_trainer_fields(rlstab.load(name), random_batch(B=16, T=24, seed=11, advantages=advantages))
     whole, whole_grad, total, split_grad, stats = whole_and_split(name, batch)
     assert total == pytest.approx(whole.loss.item(), abs=1e-6)
     assert torch.allclose(split_grad, whole_grad, atol=1e-6, rtol=0)

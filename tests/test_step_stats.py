@@ -20,7 +20,7 @@ import rlstab
 from rlstab import BatchError, StepStats, TokenBatch
 from rlstab.aggregation import StepCounts
 
-from batches import random_batch
+from batches import random_batch, with_trainer_fields
 
 PRESETS = rlstab.preset_names()
 
@@ -111,7 +111,7 @@ def test_gather_of_no_micro_batch_is_an_empty_step(name):
     assert all(t is None for t in stats.thresholds) and stats.advantage is None
     # the state moves as for a step whose only micro-batch is empty
     reference = rlstab.load(name).compile()
-    reference.gather([empty_batch()])
+    reference.gather([with_trainer_fields(reference.objective, empty_batch())])
     assert loss_fn.state_dict() == reference.state_dict()
     if name == "stare":  # a step without valid tokens leaves STARE's controller as it was
         assert loss_fn.state_dict() == before
@@ -123,7 +123,7 @@ def test_gather_of_no_micro_batch_is_an_empty_step(name):
 @pytest.mark.parametrize("name", PRESETS)
 def test_an_empty_micro_batch_works_on_every_path(name, advantages):
     loss_fn = rlstab.load(name).compile()
-    batch = empty_batch(advantages=advantages)
+    batch = with_trainer_fields(loss_fn.objective, empty_batch(advantages=advantages))
     for out in (loss_fn(batch), loss_fn(batch, step=loss_fn.gather([batch]))):
         assert out.loss.item() == 0.0
         out.loss.backward()

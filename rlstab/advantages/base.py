@@ -94,8 +94,20 @@ class AdvantageEstimator(Component):
         self, rewards: torch.Tensor, group_ids: torch.Tensor, lengths: torch.Tensor, responses: torch.Tensor | None = None
     ) -> object:
         """Statistics of the whole step. ``lengths`` are each response's valid-token counts;
-        ``responses`` (``[B]`` bool, None: all True) is False on padding rows, which must not count."""
+        ``responses`` (``[B]`` bool, None: all True) is False on padding rows, which must not count.
+        An estimator whose ``sequence_inputs`` returns values also receives them here, as keywords,
+        each ``[B]`` over the whole step."""
         raise NotImplementedError
+
+    def sequence_inputs(self, t) -> dict[str, torch.Tensor]:
+        """Per-response values of one micro-batch (a [`Tokens`][rlstab.tokens.Tokens]) that ``fit`` needs beyond the
+        rewards, group ids and lengths, ``[B]`` each (VCPO's gradient weights); they are concatenated over
+        every micro-batch and rank. None by default."""
+        return {}
+
+    def step_metrics(self, stats: object) -> dict[str, float]:
+        """Metrics of the fitted step statistics, named without the ``advantage/<kind>/`` prefix."""
+        return {}
 
     def apply(
         self, stats: object, rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None = None

@@ -304,6 +304,9 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
 
     Advantages come from the objective's own estimator (rewards and group ids); thresholds from its
     ``gather``; every count is checked against the compiled loss's ``mask/<label>/silenced``.
+    The sample's rows are root rollouts (``is_branch`` False for ``dual_stream``); the sample has no
+    per-response gradient norms, so VCPO's baseline (``opob``) is audited with equal weights, where
+    it is the group mean.
     """
     loss_fn = objective if isinstance(objective, CompiledObjective) else objective.compile()
     obj = loss_fn.objective
@@ -311,9 +314,13 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
         logprobs=sample.logprobs, response_mask=sample.response_mask, entropy=sample.entropy,
         rollout_logprobs=sample.rollout_logprobs,
     )
-    batch = TokenBatch(**fields, rewards=sample.rewards, group_ids=sample.group_ids)
+    if obj.dual_stream is not None:
+        fields["is_branch"] = torch.zeros(sample.responses, dtype=torch.bool)
+    norms = torch.ones(sample.responses) if "grad_sq_norms" in obj.advantage.reads else None
+    batch = TokenBatch(**fields, rewards=sample.rewards, group_ids=sample.group_ids, grad_sq_norms=norms)
     keeps, stats, metrics = _step_keeps(loss_fn, batch)
-    rewarded = TokenBatch(**fields, advantages=torch.ones(sample.responses))
+    groups = dict(rewards=sample.rewards, group_ids=sample.group_ids) if loss_fn.readers("group_ids") else {}
+    rewarded = TokenBatch(**fields, advantages=torch.ones(sample.responses), **groups)  # group_filter still reads them
     keeps_if_rewarded, _, _ = _step_keeps(loss_fn, rewarded)
 
     valid = sample.response_mask

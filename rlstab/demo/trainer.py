@@ -35,8 +35,11 @@ import torch
 
 from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective
+from rlstab.demo.branching import concat, sample_branches
+from rlstab.demo.layers import TrainerLayers
 from rlstab.demo.policy import Policy, Rollout
-from rlstab.demo.tasks import Problem, Task, training_problems
+from rlstab.demo.tasks import Problem, Task
+from rlstab.exploration.deep_grpo import PivotExplorer
 from rlstab.step.ess import effective_sample_size
 
 
@@ -65,7 +68,7 @@ class TrainConfig:
 # policy loss is a per-token fraction or mean (averaged over micro-batches weighted by valid tokens).
 _COUNT_SUFFIXES = ("/kept", "/silenced")
 _COUNTS = ("tokens/valid", "tokens/kept")
-_STEP_VALUES = ("step/tokens_valid", "step/tokens_kept")
+_STEP_VALUES = ("step/tokens_valid", "step/tokens_kept", "step/branch_tokens_valid", "step/branch_responses")
 _SUMMED = ("loss", "loss/policy")
 
 
@@ -73,19 +76,21 @@ def aggregate_metrics(metrics: Sequence[dict[str, float]]) -> dict[str, float]:
     """One optimizer step's metrics from its micro-batches' ``LossOutput.metrics``.
 
     Counts and losses add up; fractions and means are weighted by each micro-batch's valid tokens;
-    step-level values (thresholds, step token counts) are the same in every micro-batch.
+    step-level values (thresholds, step token counts) are the same in every micro-batch. A metric
+    some parts lack (a threshold of a step whose groups dynamic sampling all dropped) is taken from
+    those that have it.
     """
-    weights = [m["tokens/valid"] for m in metrics]
-    total = sum(weights) or 1.0
     out: dict[str, float] = {}
-    for name in metrics[0]:
-        values = [m[name] for m in metrics]
+    for name in dict.fromkeys(k for m in metrics for k in m):
+        have = [m for m in metrics if name in m]
+        values = [m[name] for m in have]
         if name in _COUNTS or name in _SUMMED or name.endswith(_COUNT_SUFFIXES) or name.startswith("loss/"):
             out[name] = sum(values)
         elif name in _STEP_VALUES or name.endswith("threshold"):
             out[name] = values[0]
         else:
-            out[name] = sum(v * w for v, w in zip(values, weights)) / total
+            weights = [m["tokens/valid"] for m in have]
+            out[name] = sum(v * w for v, w in zip(values, weights)) / (sum(weights) or 1.0)
     return out
 
 
@@ -96,9 +101,10 @@ def combine_updates(updates: Sequence[dict[str, float]]) -> dict[str, float]:
     combined = aggregate_metrics(updates)
     for name in combined:
         if name in _STEP_VALUES:
-            combined[name] = sum(u[name] for u in updates)
+            combined[name] = sum(u.get(name, 0.0) for u in updates)
         elif name.endswith("threshold"):
-            combined[name] = sum(u[name] for u in updates) / len(updates)
+            values = [u[name] for u in updates if name in u]
+            combined[name] = sum(values) / len(values)
     return combined
 
 
@@ -148,14 +154,21 @@ def update(
     old_logprobs: torch.Tensor,
     current: tuple[torch.Tensor, torch.Tensor],
     config: TrainConfig,
+    is_branch: torch.Tensor | None = None,
 ) -> tuple[dict[str, float], float]:
     """One optimizer step on ``rollout`` through the step API; returns (loss metrics, grad norm).
 
     ``current`` holds the current policy's log-probabilities and entropies (no grad) for ``gather``.
+    ``is_branch`` marks DEEP-GRPO's branch rows (given when the objective has ``dual_stream``).
+    When the objective's advantage reads ``grad_sq_norms`` (VCPO's baseline), each response is
+    backpropagated on its own first, at the current policy (:func:`score_grad_sq_norms`).
     """
     params = policy.trainable_parameters()
     current_logprobs, current_entropy = current
     parts = chunks(range(len(rollout.prompt_ids)), config.micro_batch_size)
+    grad_sq = None
+    if "grad_sq_norms" in loss_fn.objective.advantage.reads:
+        grad_sq = score_grad_sq_norms(policy, rollout)
 
     def batch(rows, logprobs, entropy) -> TokenBatch:
         idx = torch.as_tensor(rows, dtype=torch.long)
@@ -167,6 +180,8 @@ def update(
             rollout_logprobs=None if rollout.logprobs is None else rollout.logprobs[idx],
             rewards=rewards[idx],
             group_ids=group_ids[idx],
+            grad_sq_norms=None if grad_sq is None else grad_sq[idx],
+            is_branch=None if is_branch is None else is_branch[idx],
         )
 
     stats = loss_fn.gather([batch(rows, current_logprobs[rows], current_entropy[rows]) for rows in parts])
@@ -180,6 +195,20 @@ def update(
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
     scaled_step(optimizer, stats.lr_scale)
     return aggregate_metrics(metrics), grad_norm
+
+
+def score_grad_sq_norms(policy: Policy, rollout: Rollout) -> torch.Tensor:
+    """``[N]`` float64: ``||grad_theta sum_t log pi(y_t)||^2`` of each response, exactly (one backward per response)."""
+    params = policy.trainable_parameters()
+    out = torch.zeros(len(rollout.prompt_ids), dtype=torch.float64)
+    for i in range(len(rollout.prompt_ids)):
+        row = rollout.rows([i])
+        if not bool(row.response_mask.any()):
+            continue
+        logprobs, _ = policy.token_stats(row)
+        grads = torch.autograd.grad(logprobs[row.response_mask].sum(), params, allow_unused=True)
+        out[i] = sum(float(g.double().pow(2).sum()) for g in grads if g is not None)
+    return out
 
 
 def scaled_step(optimizer: torch.optim.Optimizer, lr_scale: float) -> None:
@@ -206,40 +235,65 @@ def rl_step(
     sample_generator: torch.Generator,
     config: TrainConfig,
     sampler: Policy | None = None,
+    explorer: PivotExplorer | None = None,
 ) -> dict[str, float]:
     """Sample, score and train on one step's problems; returns the step's metrics.
 
     ``sampler`` samples the rollouts when given (a stale copy of the policy, as an asynchronous
     trainer's inference engine); the "old" log-probabilities are still the current policy's, and
     the sampler's own log-probabilities reach the objective as ``rollout_logprobs``.
+
+    ``explorer`` (the objective's ``rollout:``, DEEP-GRPO) adds branch rows after the G root
+    responses: each pivot's K branches are one more group (ids after the prompts'), trained in the
+    update of the prompt they descend from, marked ``is_branch``. The reward, entropy, length and
+    ESS metrics are the root responses'.
     """
     G = config.group_size
+    n = len(problems)
     prompt_ids = [policy.codec.encode(p.prompt) for p in problems for _ in range(G)]
     rollout = (sampler or policy).sample(prompt_ids, max_new_tokens=task.max_new_tokens, temperature=config.temperature,
                                          generator=sample_generator)
     texts = response_texts(policy, rollout)
     rewards = torch.tensor([task.reward(problems[i // G], text) for i, text in enumerate(texts)])
-    group_ids = torch.arange(len(problems)).repeat_interleave(G)
+    root_rewards, roots = rewards, rollout
+    group_ids = torch.arange(n).repeat_interleave(G)
+    parents = group_ids
+    layer_metrics: dict[str, float] = {}
+    if explorer is not None:
+        branches = sample_branches(explorer, sampler or policy, rollout, rewards, problems, G, task, config.temperature,
+                                   sample_generator)
+        layer_metrics = {f"rollout/{k}": v for k, v in branches.metrics.items()}
+        if branches.rollout is not None:
+            rollout = concat([rollout, branches.rollout], policy.codec.pad_id)
+            rewards = torch.cat([rewards, branches.rewards])
+            group_ids = torch.cat([group_ids, n + branches.pivot_ids])
+            parents = torch.cat([parents, branches.parents])
+    is_branch = torch.arange(len(rewards)) >= n * G
     old_logprobs, old_entropy = _token_stats_no_grad(policy, rollout, config.micro_batch_size)
 
     updates, grad_norms = [], []
-    groups_per_update = math.ceil(len(problems) / config.updates_per_step)
-    for k, groups in enumerate(chunks(range(len(problems)), groups_per_update)):
-        rows = [g * G + j for g in groups for j in range(G)]
+    groups_per_update = math.ceil(n / config.updates_per_step)
+    for k, groups in enumerate(chunks(range(n), groups_per_update)):
+        rows = torch.isin(parents, torch.tensor(groups)).nonzero()[:, 0].tolist()
         sub = rows_slice(rollout, rows)
         idx = torch.as_tensor(rows, dtype=torch.long)
         current = (old_logprobs[idx], old_entropy[idx]) if k == 0 else _token_stats_no_grad(policy, sub, config.micro_batch_size)
         metrics, grad_norm = update(policy, optimizer, loss_fn, sub, rewards[idx], group_ids[idx], old_logprobs[idx],
-                                    current, config)
+                                    current, config, is_branch[idx] if loss_fn.objective.dual_stream else None)
         updates.append(metrics)
         grad_norms.append(grad_norm)
 
-    mask = rollout.response_mask
+    mask = roots.response_mask
     lengths = mask.sum(-1).float()
+    root_old = old_logprobs[: n * G, : mask.shape[1]]
+    by_prompt = root_rewards.reshape(n, G)
     return {
-        "ess_fraction": rollout_ess_fraction(old_logprobs, rollout, mask),
-        "reward": rewards.mean().item(),
-        "entropy": (old_entropy * mask).sum().item() / max(1, int(mask.sum())),
+        "ess_fraction": rollout_ess_fraction(root_old, roots, mask),
+        "prompt_rates": by_prompt.mean(-1).tolist(),
+        "zero_variance_groups": float((by_prompt == by_prompt[:, :1]).all(-1).float().mean()),
+        "layers": layer_metrics,
+        "reward": root_rewards.mean().item(),
+        "entropy": (old_entropy[: n * G, : mask.shape[1]] * mask).sum().item() / max(1, int(mask.sum())),
         "response_length": lengths.mean().item(),
         "grad_norm": max(grad_norms),
         "loss_metrics": combine_updates(updates),
@@ -277,8 +331,16 @@ def step_row(objective: str, step: int, metrics: dict, accuracy: float | None, m
             for label in mask_labels
         },
         "loss": {k: v for k, v in loss.items() if not k.startswith("mask/")},
+        "zero_variance_groups": metrics["zero_variance_groups"],
     }
+    if metrics["layers"]:
+        row["layers"] = metrics["layers"]
     return row
+
+
+def add_sampler_metrics(metrics: dict, sampler_metrics: dict[str, float]) -> None:
+    """Put the sampler's metrics of the step (Goldilocks' teacher) with the rollout's, under ``layers``."""
+    metrics["layers"].update({f"sampler/{k}": v for k, v in sampler_metrics.items()})
 
 
 def start_row(objective: str, accuracy: float) -> dict:
@@ -314,12 +376,14 @@ def train_objective(
     problem_generator = torch.Generator().manual_seed(config.seed)
     sample_generator = torch.Generator().manual_seed(config.seed + 1)
     optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=config.lr)
+    layers = TrainerLayers(loss_fn.objective, config.seed)
     rows = [start_row(label, evaluate(policy, task, eval_problems))]
     if on_row:
         on_row(rows[-1])
     for step in range(1, config.steps + 1):
-        problems = training_problems(task, config.prompts_per_step, problem_generator)
-        metrics = rl_step(policy, optimizer, loss_fn, task, problems, sample_generator, config)
+        problems = layers.problems(task, config.prompts_per_step, problem_generator)
+        metrics = rl_step(policy, optimizer, loss_fn, task, problems, sample_generator, config, explorer=layers.explorer)
+        add_sampler_metrics(metrics, layers.observe(problems, metrics["prompt_rates"]))
         evaluate_now = step % config.eval_every == 0 or step == config.steps
         accuracy = evaluate(policy, task, eval_problems) if evaluate_now else None
         rows.append(step_row(label, step, metrics, accuracy, loss_fn.mask_labels))

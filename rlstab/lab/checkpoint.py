@@ -62,7 +62,7 @@ def read_rows(folder: Path) -> list[dict]:
 
 
 CHECKPOINT_KEYS = frozenset({
-    "step", "rows", "weights", "optimizer", "objective_state", "problem_rng", "sample_rng", "torch_rng", "snapshots",
+    "step", "rows", "weights", "optimizer", "objective_state", "problem_rng", "sample_rng", "torch_rng", "snapshots", "layers",
 })
 
 

@@ -33,7 +33,7 @@ MODELS = ("tiny", "smollm2")
 METRICS = (
     "final_accuracy", "accuracy_auc", "start_accuracy", "final_reward", "final_entropy", "min_entropy",
     "collapsed", "mean_grad_norm", "max_grad_norm", "mean_silenced_fraction", "mean_clip_fraction",
-    "mean_ess_fraction", "min_ess_fraction", "wall_time",
+    "mean_ess_fraction", "min_ess_fraction", "mean_zero_variance_groups", "wall_time",
 )
 PAIRED_METRICS = ("final_accuracy", "accuracy_auc", "final_entropy", "min_entropy")
 

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import torch
 
+from rlstab.demo.layers import TrainerLayers
 from rlstab.demo.models import load_policy
-from rlstab.demo.tasks import get_task, held_out_problems, training_problems
-from rlstab.demo.trainer import TrainConfig, evaluate, rl_step, start_row, step_row
+from rlstab.demo.tasks import get_task, held_out_problems
+from rlstab.demo.trainer import TrainConfig, add_sampler_metrics, evaluate, rl_step, start_row, step_row
 from rlstab.lab.checkpoint import (
     SUMMARY_FILE,
     append_row,
@@ -105,6 +106,7 @@ def _train(spec: RunSpec, folder: Path, cache_dir, checkpoint_every: int, on_ste
     sample_generator = torch.Generator().manual_seed(spec.seed + 1)
     optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=config.lr)
     snapshots: collections.deque[list[torch.Tensor]] = collections.deque(maxlen=lag + 1)
+    layers = TrainerLayers(loss_fn.objective, spec.seed)
 
     saved = load_checkpoint(folder)
     if saved is None:
@@ -122,14 +124,17 @@ def _train(spec: RunSpec, folder: Path, cache_dir, checkpoint_every: int, on_ste
         sample_generator.set_state(saved["sample_rng"])
         torch.set_rng_state(saved["torch_rng"])
         snapshots.extend(saved["snapshots"])
+        layers.load_state_dict(saved["layers"])
         write_rows(folder, rows)  # drop rows a killed run wrote after its last checkpoint
 
     for step in range(first, spec.steps + 1):
         started = time.perf_counter()
         if sampler is not None:
             _set_weights(sampler, snapshots[0])
-        problems = training_problems(task, config.prompts_per_step, problem_generator)
-        metrics = rl_step(policy, optimizer, loss_fn, task, problems, sample_generator, config, sampler=sampler)
+        problems = layers.problems(task, config.prompts_per_step, problem_generator)
+        metrics = rl_step(policy, optimizer, loss_fn, task, problems, sample_generator, config, sampler=sampler,
+                          explorer=layers.explorer)
+        add_sampler_metrics(metrics, layers.observe(problems, metrics["prompt_rates"]))
         evaluate_now = step % config.eval_every == 0 or step == spec.steps
         accuracy = evaluate(policy, task, eval_problems) if evaluate_now else None
         row = step_row(spec.label, step, metrics, accuracy, loss_fn.mask_labels)
@@ -144,7 +149,7 @@ def _train(spec: RunSpec, folder: Path, cache_dir, checkpoint_every: int, on_ste
                 "step": step, "rows": rows, "weights": _weights(policy), "optimizer": optimizer.state_dict(),
                 "objective_state": loss_fn.state_dict(), "problem_rng": problem_generator.get_state(),
                 "sample_rng": sample_generator.get_state(), "torch_rng": torch.get_rng_state(),
-                "snapshots": list(snapshots),
+                "snapshots": list(snapshots), "layers": layers.state_dict(),
             })
         if on_step:
             on_step(step)

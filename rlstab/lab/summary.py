@@ -11,7 +11,8 @@ Definitions (the report repeats them):
 - ``collapsed``: 1 when ``final_entropy < COLLAPSE_RATIO * start_entropy`` (the policy lost more
   than half its entropy), else 0;
 - ``mean_*``: means over all RL steps (fractions of valid tokens for silenced and clipped; ESS /
-  N of the rollouts' sequence importance weights, 1.0 on-policy);
+  N of the rollouts' sequence importance weights, 1.0 on-policy; the share of prompt groups whose
+  G rewards are all equal, which carry no GRPO signal, None in runs recorded before it was);
 - ``wall_time``: seconds of the RL steps and evaluations (measured, so never identical across runs).
 """
 
@@ -66,5 +67,6 @@ def run_summary(rows: Sequence[dict]) -> dict:
         "mean_clip_fraction": _mean([r["clip_high_fraction"] + r["clip_low_fraction"] + r["clip_dual_fraction"] for r in steps]),
         "mean_ess_fraction": _mean([r.get("ess_fraction") for r in steps]),
         "min_ess_fraction": min((r["ess_fraction"] for r in steps if r.get("ess_fraction") is not None), default=None),
+        "mean_zero_variance_groups": _mean([r.get("zero_variance_groups") for r in steps]),
         "wall_time": sum(r.get("time", 0.0) for r in steps),
     }

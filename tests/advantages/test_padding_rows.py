@@ -168,8 +168,11 @@ def steps(draw):
         ref_logprobs=-torch.rand(B, T, generator=g) * 3,
         rewards=torch.randint(0, 2, (B,), generator=g).float(),
         group_ids=torch.randint(0, 3, (B,), generator=g),
+        grad_sq_norms=torch.rand(B, generator=g) * 4 + 0.1,
     )
+    real["is_branch"] = real["group_ids"] == 2
     padding = {k: torch.rand((P, T) if v.dim() == 2 else (P,), generator=g) for k, v in real.items()}
+    padding["is_branch"] = padding["is_branch"] < 0.5
     padding["response_mask"] = torch.zeros(P, T, dtype=torch.bool)
     padding["rewards"] = torch.tensor(draw(st.lists(st.sampled_from(ODD), min_size=P, max_size=P)))
     padding["group_ids"] = torch.tensor(draw(st.lists(st.integers(0, 50), min_size=P, max_size=P)))

@@ -88,7 +88,9 @@ def test_counts_agree_with_the_loss_metrics(sample, source):
     # The metrics of the compiled loss on the same tensors, computed independently of the audit.
     batch = rlstab.TokenBatch(logprobs=sample.logprobs, response_mask=sample.response_mask,
                               entropy=sample.entropy, rollout_logprobs=sample.rollout_logprobs,
-                              rewards=sample.rewards, group_ids=sample.group_ids)
+                              rewards=sample.rewards, group_ids=sample.group_ids,
+                              is_branch=torch.zeros(sample.responses, dtype=torch.bool) if objective.dual_stream else None,
+                              grad_sq_norms=torch.ones(sample.responses) if objective.advantage.kind == "opob" else None)
     metrics = loss_fn(batch).metrics
     assert audit.kept == metrics["tokens/kept"]
     for m in audit.masks:

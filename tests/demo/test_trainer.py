@@ -6,9 +6,19 @@ import pytest
 import torch
 
 import rlstab
+from rlstab.demo.branching import sample_branches
 from rlstab.demo.tasks import CharCodec, get_task, training_problems
 from rlstab.demo.tiny_model import TinyConfig, TinyPolicy
-from rlstab.demo.trainer import TrainConfig, _token_stats_no_grad, aggregate_metrics, response_texts, update
+from rlstab.demo.trainer import (
+    TrainConfig,
+    _token_stats_no_grad,
+    aggregate_metrics,
+    response_texts,
+    rl_step,
+    score_grad_sq_norms,
+    update,
+)
+from rlstab.exploration.deep_grpo import DeepGRPO, PivotExplorer
 
 
 def small_policy():
@@ -63,3 +73,66 @@ def test_response_texts_drop_eos_and_padding():
     ids = torch.tensor([codec.encode("1+2=3:3") + [codec.eos_id, codec.pad_id]])
     rollout = Rollout([codec.encode("1+2=")], ids, torch.tensor([[True] * 8 + [False]]))
     assert response_texts(policy, rollout) == ["1+2=3:3"]
+
+
+def test_score_gradient_norms_are_each_responses_own():
+    # One batched forward, one backward per row of it (rows of a causal LM batch are independent), against the
+    # trainer's one forward per response: the same per-response gradient, whatever the padding around it.
+    task = get_task("add2")
+    policy = small_policy()
+    problems = training_problems(task, 2, torch.Generator().manual_seed(0))
+    rollout = policy.sample([policy.codec.encode(p.prompt) for p in problems for _ in range(3)], max_new_tokens=6,
+                            temperature=1.0, generator=torch.Generator().manual_seed(1))
+    params = policy.trainable_parameters()
+    logprobs, _ = policy.token_stats(rollout)
+    expected = []
+    for i in range(len(rollout.prompt_ids)):
+        grads = torch.autograd.grad(logprobs[i][rollout.response_mask[i]].sum(), params, retain_graph=True, allow_unused=True)
+        expected.append(sum(float(g.double().pow(2).sum()) for g in grads if g is not None))
+    got = score_grad_sq_norms(policy, rollout)
+    assert got.min() > 0
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-4, atol=0.0)
+
+
+def test_branches_continue_each_pivot_and_are_scored_on_the_whole_answer():
+    task = get_task("add2")
+    policy = small_policy()
+    problems = training_problems(task, 2, torch.Generator().manual_seed(0))
+    G, K = 2, 3
+    rollout = policy.sample([policy.codec.encode(p.prompt) for p in problems for _ in range(G)],
+                            max_new_tokens=task.max_new_tokens, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    rewards = torch.tensor([0.0, 1.0, 0.0, 0.0])  # row 1 succeeded: never branched
+    explorer = PivotExplorer(DeepGRPO(branches=K, segmentation="tokens", tokens_per_segment=1), seed=0)
+    branches = sample_branches(explorer, policy, rollout, rewards, problems, G, task, 1.0, torch.Generator().manual_seed(2))
+    assert branches.metrics["pivots"] == 3.0
+    assert branches.parents.tolist() == [0] * K + [1] * K + [1] * K
+    assert branches.pivot_ids.tolist() == [0] * K + [1] * K + [2] * K
+    responses = [ids[m].tolist() for ids, m in zip(rollout.response_ids, rollout.response_mask)]
+    for j in range(3 * K):
+        row = [0, 2, 3][j // K]
+        prompt = policy.codec.encode(problems[row // G].prompt)
+        prefix = branches.rollout.prompt_ids[j][len(prompt):]
+        assert branches.rollout.prompt_ids[j][: len(prompt)] == prompt
+        assert prefix == responses[row][: len(prefix)]  # the pivot's prefix is the failed response's own start
+        suffix = branches.rollout.response_ids[j][branches.rollout.response_mask[j]].tolist()
+        answer = policy.codec.decode(prefix + suffix)
+        assert branches.rewards[j] == task.reward(problems[row // G], answer)
+
+
+def test_an_rl_step_trains_main_and_branch_rows():
+    task = get_task("add2")
+    policy = small_policy()
+    # deep_grpo's parts without its group filter, which would drop every group of this all-failed step
+    loss_fn = rlstab.load({"extends": "grpo", "dual_stream": {"kind": "dual-stream"}, "rollout": {
+        "kind": "deep-grpo", "branches": 2, "segmentation": "tokens", "tokens_per_segment": 1}}).compile()
+    explorer = PivotExplorer(loss_fn.objective.rollout, seed=0)
+    optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.0)
+    config = TrainConfig(group_size=2, prompts_per_step=2, micro_batch_size=4, updates_per_step=2)
+    problems = training_problems(task, 2, torch.Generator().manual_seed(0))
+    metrics = rl_step(policy, optimizer, loss_fn, task, problems, torch.Generator().manual_seed(1), config,
+                      explorer=explorer)
+    # the untrained model fails all 4 responses: 4 pivots, 2 branches each, trained with the root rows
+    assert metrics["layers"]["rollout/pivots"] == 4.0
+    # two updates (one prompt each), each with its prompt's 2 pivots x 2 branches: 4 + 4 branch responses
+    assert metrics["loss_metrics"]["step/branch_responses"] == 8.0
+    assert len(metrics["prompt_rates"]) == 2 and metrics["zero_variance_groups"] == 1.0

@@ -30,7 +30,7 @@ def die_at(step):
     return on_step
 
 
-@pytest.mark.parametrize(("objective", "regime"), [("bapo", QUICK_LAG), ("stare", QUICK), ("tis", QUICK_LAG)])
+@pytest.mark.parametrize(("objective", "regime"), [("bapo", QUICK_LAG), ("stare", QUICK), ("tis", QUICK_LAG), ("four_layers", QUICK_LAG)])
 def test_a_run_resumed_from_its_checkpoint_equals_one_never_interrupted(tmp_path, cache, objective, regime):
     s = spec(objective, regime)
     whole = execute(s, tmp_path / "whole", cache_dir=cache, checkpoint_every=2)

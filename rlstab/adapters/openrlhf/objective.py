@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from rlstab.adapters.trainer_parts import unexecutable
 from rlstab.aggregation import TokenSum
 from rlstab.errors import ConfigError
 from rlstab.loading import load, parse_yaml
@@ -78,11 +79,7 @@ def check_supported(objective: Objective, label: str = "--objective") -> None:
             "aggregation.kind = 'token-sum': not available in OpenRLHF; DeepSpeed divides every micro-batch loss by "
             "the gradient-accumulation steps, which the loss cannot see. Use token-mean or a seq-mean-* aggregation"
         )
-    if objective.lr_scale is not None:
-        problems.append(
-            f"lr_scale ({objective.lr_scale.kind}): the OpenRLHF adapter does not rescale the learning rate per step; "
-            "remove lr_scale from the objective"
-        )
+    problems += unexecutable(objective, "OpenRLHF")
     compiled = objective.compile()
     for name, advice in _UNAVAILABLE_FIELDS.items():
         for who in dict.fromkeys(compiled.readers(name)):

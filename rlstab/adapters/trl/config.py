@@ -33,6 +33,7 @@ import dataclasses
 import warnings
 from typing import Any
 
+from rlstab.adapters.trainer_parts import unexecutable
 from rlstab.advantages import GRPO, Given
 from rlstab.errors import ConfigError
 from rlstab.loading import load
@@ -146,11 +147,7 @@ def _refusals(objective: Objective, args) -> list[str]:
         problems.append(
             f"entropy_coef = {args.entropy_coef!r}: TRL would add its own entropy bonus; {advice}"
         )
-    if objective.lr_scale is not None:
-        problems.append(
-            f"lr_scale ({objective.lr_scale.kind}): the TRL adapter does not rescale the learning rate per step; "
-            "remove lr_scale from the objective"
-        )
+    problems += unexecutable(objective, "TRL")
     rollout = objective.compile().readers("rollout_logprobs")
     if rollout and args.use_vllm and args.vllm_importance_sampling_correction:
         problems.append(

@@ -10,12 +10,14 @@ instead of at the first update.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl.workers.config import PolicyLossConfig
 
 from rlstab.adapters.optimizer_steps import StepTracker
+from rlstab.adapters.trainer_parts import VERL_SAMPLER, unexecutable
 from rlstab.compiled import CompiledObjective
 from rlstab.errors import ConfigError
 from rlstab.loading import load
@@ -24,6 +26,7 @@ from rlstab.presets import closest_presets, preset_names
 from rlstab.regularisers import EntropyBonus, KLPenalty
 
 CONFIG_PATH = "actor_rollout_ref.actor.policy_loss"
+_log = logging.getLogger(__name__)
 STEP_STATISTICS = ("local", "data_parallel")
 ENTROPY_FUNCTIONS = ("rlstab", "verl")
 
@@ -131,10 +134,11 @@ def build_objective(objective: str | None, overrides: Any) -> Objective:
             if isinstance(reg, kind):
                 problems.append(f"regularisers[{i}] ({reg.kind}): not available in veRL; {advice}")
     compiled = loaded.compile()
-    if loaded.lr_scale is not None:
-        problems.append(
-            f"lr_scale ({loaded.lr_scale.kind}): the veRL adapter does not rescale the learning rate per step; "
-            "remove lr_scale from the objective"
+    problems += unexecutable(loaded, "veRL", sampler_hook=True)
+    if loaded.sampler is not None:  # the data section is out of this config's sight: say what runs it
+        _log.warning(
+            "rlstab: the objective's sampler (%s) runs only with %s; without it veRL draws the prompts as usual",
+            loaded.sampler.kind, VERL_SAMPLER,
         )
     for name, advice in _UNAVAILABLE_FIELDS.items():
         for who in dict.fromkeys(compiled.readers(name)):

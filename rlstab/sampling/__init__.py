@@ -1,0 +1,19 @@
+"""The sample layer (``sampler:``): which prompts a step trains on. Executed by the trainer, not the loss.
+
+- [`Goldilocks`][rlstab.sampling.Goldilocks]: a teacher predicts each prompt's utility sqrt(p (1 - p))
+  for the current student and picks the most useful prompts of a candidate pool, epsilon-greedily;
+  [`GoldilocksCurriculum`][rlstab.sampling.GoldilocksCurriculum] runs it (the embedded trainer and
+  ``rlstab.adapters.verl.sampler.GoldilocksDataset`` in veRL use it).
+"""
+
+from rlstab.sampling.goldilocks import (
+    Goldilocks,
+    GoldilocksCurriculum,
+    HashedNgrams,
+    select_prompts,
+    utility,
+)
+
+AnySampler = Goldilocks  # a tagged union once a second kind exists
+
+__all__ = ["AnySampler", "Goldilocks", "GoldilocksCurriculum", "HashedNgrams", "select_prompts", "utility"]
