@@ -188,7 +188,10 @@ class TinyPolicy:
         response = rollout.response_ids
         seq = torch.cat([prompt, response], dim=1)
         seq_real = torch.cat([real, torch.ones_like(response, dtype=torch.bool)], dim=1)
-        logits, _ = self.model(seq, _positions(seq_real), _full_attention_mask(seq_real))
+        # A row's padding after its response may run past max_len (DEEP-GRPO's branch rows: prompt and prefix, then
+        # the rollout's full response width); its positions are clamped, as its logits are never read.
+        positions = _positions(seq_real).clamp(max=self.model.cfg.max_len - 1)
+        logits, _ = self.model(seq, positions, _full_attention_mask(seq_real))
         width, T = prompt.shape[1], response.shape[1]
         logp = torch.log_softmax(logits[:, width - 1 : width + T - 1].float(), dim=-1)
         logprobs = logp.gather(-1, response[..., None]).squeeze(-1)

@@ -13,7 +13,9 @@ Definitions (the report repeats them):
 - ``mean_*``: means over all RL steps (fractions of valid tokens for silenced and clipped; ESS /
   N of the rollouts' sequence importance weights, 1.0 on-policy; the share of prompt groups whose
   G rewards are all equal, which carry no GRPO signal, None in runs recorded before it was);
-- ``wall_time``: seconds of the RL steps and evaluations (measured, so never identical across runs).
+- ``wall_time``: seconds of the RL steps and evaluations (measured, so never identical across runs);
+- ``layers`` (an objective with a ``sampler:`` or ``rollout:`` only): the mean over the steps of each
+  of their metrics (Goldilocks' ``sampler/teacher_mse``, DEEP-GRPO's ``rollout/branch_success``, ...).
 """
 
 from __future__ import annotations
@@ -69,4 +71,13 @@ def run_summary(rows: Sequence[dict]) -> dict:
         "min_ess_fraction": min((r["ess_fraction"] for r in steps if r.get("ess_fraction") is not None), default=None),
         "mean_zero_variance_groups": _mean([r.get("zero_variance_groups") for r in steps]),
         "wall_time": sum(r.get("time", 0.0) for r in steps),
+        **_layer_means(steps),
     }
+
+
+def _layer_means(steps: Sequence[dict]) -> dict:
+    """``{"layers": {metric: mean over the steps that report it}}`` for an objective with a sampler or rollout."""
+    names = dict.fromkeys(name for r in steps for name in r.get("layers", {}))
+    if not names:
+        return {}
+    return {"layers": {name: _mean([r.get("layers", {}).get(name) for r in steps]) for name in names}}

@@ -24,6 +24,21 @@ def test_left_padding_does_not_change_token_stats():
         torch.testing.assert_close(together[i], alone[0], rtol=1e-5, atol=1e-5)
 
 
+def test_padding_past_max_len_does_not_change_token_stats():
+    # A DEEP-GRPO branch row: a long prompt (prompt + prefix) and a short suffix, padded to a response width that
+    # would take the padding's positions past max_len (64): its real tokens' statistics are those of the row alone.
+    p = policy()
+    codec = p.codec
+    prompt = codec.encode("12*34=" + "1" * 50)  # 56 tokens
+    suffix = codec.encode("8") + [codec.eos_id]
+    width = 12  # 56 + 12 = 68 > 64
+    padded = torch.tensor([suffix + [codec.pad_id] * (width - len(suffix))])
+    mask = response_mask_until_eos(padded, codec.eos_id)
+    long, _ = p.token_stats(Rollout([prompt], padded, mask))
+    alone, _ = p.token_stats(Rollout([prompt], torch.tensor([suffix]), torch.ones(1, len(suffix), dtype=torch.bool)))
+    torch.testing.assert_close(long[0, : len(suffix)], alone[0], rtol=1e-5, atol=1e-5)
+
+
 def test_sampling_is_seeded_and_matches_token_stats_under_greedy():
     p = policy()
     prompts = [p.codec.encode("12+34=")] * 3 + [p.codec.encode("99+1=")]

@@ -103,7 +103,8 @@ PUBLISHED = sorted((ROOT / "docs" / "lab").glob("*.json"))
 
 
 def test_there_are_published_results():
-    assert [p.stem for p in PUBLISHED] == ["lag-control", "lag", "sparse", "token"]  # sorted paths: "-" sorts before "."
+    # sorted paths: "-" sorts before "."
+    assert [p.stem for p in PUBLISHED] == ["deep", "goldilocks", "lag-control", "lag", "sparse", "token", "vcpo"]
 
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=[p.stem for p in PUBLISHED])
@@ -172,3 +173,81 @@ def test_the_smollm2_section_is_its_stored_runs():
     # What the page says in words: a rise on every seed, not distinguishable from zero with 3 of them.
     assert rise["wins"] == 3 and rise["distinguishable"] is False
     assert (ROOT / "docs" / "images" / "lab_smollm2.png").stat().st_size > 10_000
+
+
+def _grid(name):
+    return json.loads((ROOT / "docs" / "lab" / f"{name}.json").read_text())["runs"]
+
+
+def _per_seed(name, objective, metric):
+    out = {}
+    for r in _grid(name):
+        if r["objective"] == objective:
+            out[r["seed"]] = r["summary"]["layers"][metric] if "/" in metric else r["summary"][metric]
+    return out
+
+
+def _paired_line(name, objective, baseline, metric):
+    """``baseline mean → objective mean, difference [low, high], W/T/L`` as the page quotes it."""
+    from rlstab.lab.statistics import mean_interval, paired_difference
+
+    a, b = _per_seed(name, objective, metric), _per_seed(name, baseline, metric)
+    p = paired_difference(a, b)
+    return (f"{mean_interval(b.values())['mean']:.3f} → {mean_interval(a.values())['mean']:.3f}, "
+            f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}], {p['wins']}/{p['ties']}/{p['losses']}"), p
+
+
+def _across_line(name, objective, metric):
+    from rlstab.lab.statistics import mean_interval
+
+    m = mean_interval(_per_seed(name, objective, metric).values())
+    return f"{m['mean']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
+
+
+# (grid, objective, baseline, metric, whether the page reads it as distinguishable)
+LAYER_LINES = [
+    ("goldilocks", "goldilocks", "grpo", "mean_zero_variance_groups", True),
+    ("goldilocks", "goldilocks", "grpo", "mean_reward", True),
+    ("goldilocks", "goldilocks", "grpo", "mean_grad_norm", True),
+    ("vcpo", "vcpo", "grpo", "mean_ess_fraction", True),
+    ("vcpo", "vcpo", "grpo", "mean_reward", True),
+    ("vcpo", "vcpo", "grpo-ess", "final_accuracy", False),
+    ("vcpo", "vcpo", "grpo-ess", "accuracy_auc", False),
+    ("vcpo", "vcpo", "grpo-ess", "final_entropy", True),
+    ("vcpo", "vcpo", "grpo-ess", "mean_grad_norm", True),
+    ("vcpo", "goldilocks", "grpo", "mean_ess_fraction", False),
+    ("vcpo", "goldilocks", "grpo", "min_ess_fraction", False),
+    ("vcpo", "goldilocks", "grpo", "mean_zero_variance_groups", False),
+    ("deep", "deep-grpo-tokens", "grpo", "mean_grad_norm", True),
+]
+
+
+@pytest.mark.parametrize(("grid", "objective", "baseline", "metric", "distinguishable"), LAYER_LINES)
+def test_the_layers_bullets_are_the_stored_runs(grid, objective, baseline, metric, distinguishable):
+    line, p = _paired_line(grid, objective, baseline, metric)
+    assert " ".join(PAGE.split()).count(line) == 1, line
+    assert p["distinguishable"] == distinguishable
+
+
+@pytest.mark.parametrize(("grid", "objective", "metric"), [
+    ("goldilocks", "goldilocks", "sampler/teacher_mse"),
+    ("goldilocks", "goldilocks", "sampler/selected_predicted_utility"),
+    ("goldilocks", "goldilocks", "sampler/pool_predicted_utility"),
+    ("goldilocks", "goldilocks", "sampler/selected_utility"),
+    ("deep", "deep-grpo-tokens", "rollout/pivots"),
+    ("deep", "deep-grpo-tokens", "rollout/pivot_depth"),
+    ("deep", "deep-grpo-tokens", "rollout/branch_success"),
+    ("deep", "deep-grpo-tokens", "rollout/pivot_recovered"),
+])
+def test_the_layers_method_metrics_are_the_stored_runs(grid, objective, metric):
+    assert _across_line(grid, objective, metric) in " ".join(PAGE.split())
+
+
+@pytest.mark.parametrize(("grid", "first"), [("vcpo", "lag"), ("goldilocks", "sparse")])
+def test_grpo_repeats_the_first_comparison_exactly(grid, first):
+    def summaries(name):
+        measured = {"wall_time", "mean_zero_variance_groups"}  # timed, or recorded only since this grid
+        return {r["seed"]: {k: v for k, v in r["summary"].items() if k not in measured}
+                for r in _grid(name) if r["objective"] == "grpo"}
+
+    assert summaries(grid) == summaries(first)

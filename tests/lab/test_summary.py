@@ -45,3 +45,15 @@ def test_entropy_held_is_not_a_collapse_and_missing_ess_stays_missing():
     assert s["collapsed"] == 0.0
     assert s["mean_ess_fraction"] is None and s["min_ess_fraction"] is None
     assert s["final_accuracy"] is None  # never evaluated after step 0
+
+
+def test_zero_variance_groups_and_layer_metrics_are_averaged_over_the_steps_that_report_them():
+    rows = [{"step": 0, "accuracy": 0.3}] + [_row(s, 0.3) for s in (1, 2, 3)]
+    rows[1]["zero_variance_groups"], rows[2]["zero_variance_groups"] = 0.5, 0.25  # step 3 predates the field
+    rows[1]["layers"] = {"rollout/pivots": 4.0, "rollout/branch_success": 0.5}
+    rows[3]["layers"] = {"rollout/pivots": 0.0}
+    s = run_summary(rows)
+    assert s["mean_zero_variance_groups"] == pytest.approx(0.375)  # (0.5 + 0.25) / 2
+    # pivots: (4 + 0) / 2 steps that report it; branch success: only step 1 reports it
+    assert s["layers"] == {"rollout/pivots": 2.0, "rollout/branch_success": 0.5}
+    assert "layers" not in run_summary(rows[:1] + [_row(1, 0.3)])
