@@ -225,8 +225,3 @@ class GoldilocksCurriculum:
         self.window = deque(((str(p), float(y)) for p, y in state["window"]), maxlen=self.config.window)
         self.generator.set_state(state["generator"])
 
-
-def success_rates(rewards: torch.Tensor, group_size: int) -> list[float]:
-    """Each prompt's mean reward over its ``group_size`` consecutive responses."""
-    return rewards.reshape(-1, group_size).mean(-1).tolist()
-

@@ -56,7 +56,9 @@ class ESSLearningRateScale(Component):
 
     The factor is not applied by the loss: ``gather`` returns it as ``StepStats.lr_scale`` and the
     trainer multiplies its learning rate for this step's optimizer step. VCPO's other part, the
-    minimum-variance off-policy baseline, is not implemented.
+    minimum-variance off-policy baseline, is the advantage estimator
+    [`OffPolicyOptimalBaseline`][rlstab.advantages.OffPolicyOptimalBaseline] (``advantage: {kind: opob}``);
+    the ``vcpo`` preset composes both.
     """
 
     kind: Literal["ess"] = "ess"
