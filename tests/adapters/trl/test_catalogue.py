@@ -1,8 +1,10 @@
 """Every preset of the catalogue either runs inside TRL's loss or is refused when the trainer is built.
 
 A preset is refused only for what TRL cannot hand a loss on this machine (inference-engine
-log-probabilities without vLLM, rewards or prompt groups); any other refusal or failure means the
-adapter has to learn about a new component.
+log-probabilities without vLLM, rewards or prompt groups), or for a part only a trainer can run
+that TRL's does not (rlstab.adapters.trainer_parts: the learning-rate scale, VCPO's baseline, a
+sampler, a rollout, branch rows); any other refusal or failure means the adapter has to learn about
+a new component.
 """
 
 import warnings
@@ -12,6 +14,7 @@ import torch
 
 import rlstab
 from rlstab import ConfigError
+from rlstab.adapters.trainer_parts import unexecutable
 
 from trl_tiny import crafted_inputs, last_metrics, loss_and_grads, make_trainer, tiny_model
 
@@ -32,7 +35,9 @@ def test_preset_runs_in_trl_or_is_refused_for_a_missing_input(tmp_path, preset):
             )
         except ConfigError as err:
             problems = err.problems
-            assert problems and all(any(why in p for why in UNAVAILABLE_ON_CPU) for p in problems), str(err)
+            trainer_only = unexecutable(rlstab.load(preset), "TRL")
+            assert problems and all(p in trainer_only or any(why in p for why in UNAVAILABLE_ON_CPU) for p in problems), str(err)
+            assert all(p in problems for p in trainer_only), str(err)  # every trainer-only part is named
             return
     inputs = crafted_inputs(trainer, 0, num_items_in_batch=60.0)
     loss, grads = loss_and_grads(trainer, inputs, 2)
