@@ -54,30 +54,27 @@ def sample_branches(
     responses = [ids[mask].tolist() for ids, mask in zip(rollout.response_ids, rollout.response_mask)]
     pivots = explorer.choose([[codec.token_text(i) for i in ids] for ids in responses], rewards.tolist())
     K = explorer.config.branches
-    kept = [p for p in pivots if task.max_new_tokens - p.prefix > 0]
-    prefixes = [responses[p.row][: p.prefix] for p in kept]
+    if not pivots:
+        empty = torch.zeros(0, dtype=torch.long)
+        return Branches(None, torch.zeros(0), empty, empty, explorer.observe([], torch.zeros(0, K)))
+    prefixes = [responses[p.row][: p.prefix] for p in pivots]  # a prefix ends before the response's last segment
+    budgets = [task.max_new_tokens - len(prefix) for prefix in prefixes]
     parts: list[Rollout] = []
     order: list[int] = []
     # One sampling call per token budget left after the prefix (every pivot's K branches at once).
-    for budget in sorted({task.max_new_tokens - p.prefix for p in kept}, reverse=True):
-        which = [i for i, p in enumerate(kept) if task.max_new_tokens - p.prefix == budget]
-        prompts = [rollout.prompt_ids[kept[i].row] + prefixes[i] for i in which for _ in range(K)]
+    for budget in sorted(set(budgets), reverse=True):
+        which = [i for i, b in enumerate(budgets) if b == budget]
+        prompts = [rollout.prompt_ids[pivots[i].row] + prefixes[i] for i in which for _ in range(K)]
         parts.append(sampler.sample(prompts, max_new_tokens=budget, temperature=temperature, generator=generator))
         order += which
-    if parts:
-        joined = concat(parts, codec.pad_id)
-        back = torch.tensor([order.index(i) for i in range(len(kept))])  # branch rows in pivot order
-        rows = (back.unsqueeze(-1) * K + torch.arange(K)).reshape(-1)
-        joined = joined.rows(rows.tolist())
+    position = {pivot: slot for slot, pivot in enumerate(order)}
+    rows = [position[i] * K + k for i in range(len(pivots)) for k in range(K)]  # branch rows in pivot order
+    branches = concat(parts, codec.pad_id).rows(rows)
     scores = [
-        task.reward(problems[kept[j // K].row // group_size], codec.decode(prefixes[j // K] + ids[mask].tolist()))
-        for j, (ids, mask) in enumerate(zip(joined.response_ids, joined.response_mask))
-    ] if parts else []
-    branch_rewards = torch.tensor(scores).reshape(len(kept), K)
-    metrics = explorer.observe(kept, branch_rewards)
-    if not kept:
-        empty = torch.zeros(0, dtype=torch.long)
-        return Branches(None, torch.zeros(0), empty, empty, metrics)
-    parents = torch.tensor([p.row // group_size for p in kept]).repeat_interleave(K)
-    return Branches(joined, branch_rewards.reshape(-1), parents,
-                    torch.arange(len(kept)).repeat_interleave(K), metrics)
+        task.reward(problems[pivots[j // K].row // group_size], codec.decode(prefixes[j // K] + ids[mask].tolist()))
+        for j, (ids, mask) in enumerate(zip(branches.response_ids, branches.response_mask))
+    ]
+    branch_rewards = torch.tensor(scores).reshape(len(pivots), K)
+    metrics = explorer.observe(pivots, branch_rewards)
+    parents = torch.tensor([p.row // group_size for p in pivots]).repeat_interleave(K)
+    return Branches(branches, branch_rewards.reshape(-1), parents, torch.arange(len(pivots)).repeat_interleave(K), metrics)
