@@ -10,6 +10,7 @@ import torch
 from pydantic import Field, model_validator
 
 from rlstab.advantages.base import AdvantageEstimator, GroupTable, zero_padding_rows
+from rlstab.batch import BatchError
 
 # log W is clamped here before exp in float64 (exp(700) ~ 1e304), so no weight is infinite.
 _MAX_LOG_WEIGHT = 700.0
@@ -146,7 +147,14 @@ class OffPolicyOptimalBaseline(AdvantageEstimator):
 
     def sequence_inputs(self, t) -> dict[str, torch.Tensor]:
         """``log_weight``: ``[B]`` float64 log W_i of one micro-batch's responses (before the scope's sums)."""
-        log_w = torch.log(t.batch.grad_sq_norms.detach().to(torch.float64))
+        norms = t.batch.grad_sq_norms.detach().to(torch.float64)
+        negative = (norms < 0) & t.valid_bool.any(-1)  # once per micro-batch of a gather: a squared norm is >= 0
+        if bool(negative.any()):
+            row = int(negative.nonzero()[0, 0])
+            raise BatchError(
+                f"advantage (opob): TokenBatch.grad_sq_norms must be squared norms (>= 0); row {row} holds {float(norms[row])!r}"
+            )
+        log_w = torch.log(norms)
         if self.importance_weights:
             log_ratio = torch.where(t.valid_bool, t.old_logprobs - t.rollout_logprobs, 0.0).to(torch.float64).sum(-1)
             if self.clip is not None:

@@ -127,6 +127,16 @@ def test_missing_gradient_norms_name_the_field():
         compiled(b)
 
 
+def test_a_negative_squared_norm_is_refused_but_not_on_padding():
+    compiled = rlstab.Objective(advantage=OffPolicyOptimalBaseline(), aggregation={"kind": "token-mean", "count": "valid"}).compile()
+    with pytest.raises(rlstab.BatchError, match=r"grad_sq_norms must be squared norms \(>= 0\); row 1 holds -1.0"):
+        compiled(batch(grad_sq=torch.tensor([4.0, -1.0, 1.0])))
+    padded = batch(torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([4.0, 1.0, 1.0, -7.0]),
+                   torch.cat([SEQ_LOG_RATIO, torch.zeros(1)]), lengths=(2, 2, 2, 0))
+    a, _ = advantages(OffPolicyOptimalBaseline(), padded)
+    assert torch.allclose(a[:3], advantages(OffPolicyOptimalBaseline(), batch())[0], atol=1e-7) and a[3] == 0
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [
