@@ -22,6 +22,7 @@ from rlstab.errors import ConfigError, StateError
 from rlstab.loading import load
 from rlstab.objective import Objective
 from rlstab.presets import preset_names
+from rlstab.registry import register
 
 __version__ = "0.1.0"
 
@@ -36,4 +37,5 @@ __all__ = [
     "TokenBatch",
     "load",
     "preset_names",
+    "register",
 ]

@@ -135,7 +135,3 @@ class SeqMeanTokenSumNorm(Aggregation):
         norm = "the step's padded response length" if self.norm == "max_length" else str(self.norm)
         return f"seq-mean-token-sum-norm: sum over tokens / (number of responses with {self.count} tokens * {norm})"
 
-
-AnyAggregation = Annotated[
-    TokenMean | TokenSum | SeqMeanTokenMean | SeqMeanTokenSum | SeqMeanTokenSumNorm, Field(discriminator="kind")
-]

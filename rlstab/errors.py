@@ -128,7 +128,10 @@ def describe_validation_error(err: ValidationError, data: Any) -> list[str]:
             problems.append(f"{path}: required field is missing")
         elif kind == "union_tag_invalid":
             ctx = e.get("ctx", {})
-            problems.append(f"{path}.kind = {short(ctx.get('tag'))}: unknown kind; allowed: {ctx.get('expected_tags')}")
+            problems.append(
+                f"{path}.kind = {short(ctx.get('tag'))}: unknown kind; allowed: {ctx.get('expected_tags')}"
+                + _why_unknown(e["loc"], ctx.get("tag"))
+            )
         elif kind == "union_tag_not_found":
             problems.append(f"{path}: a 'kind' field is required to say which component this is")
         else:
@@ -141,3 +144,12 @@ def describe_validation_error(err: ValidationError, data: Any) -> list[str]:
             else:  # the alternatives of a union, on one line
                 problems[same] += f"; or {msg[0].lower()}{msg[1:]}"
     return [p + hints.get(i, "") for i, p in enumerate(problems)]
+
+
+def _why_unknown(loc: tuple, kind: Any) -> str:
+    """A plugin refused at load, or a kind registered in-process by a parent process, that explains ``kind``."""
+    from rlstab.registry.families import FAMILIES
+    from rlstab.registry.store import why_unknown
+
+    family = loc[0] if loc else None
+    return why_unknown(family, kind) if family in FAMILIES and isinstance(kind, str) else ""

@@ -14,24 +14,35 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlstab.advantages import GRPO, AnyAdvantage
-from rlstab.aggregation import AnyAggregation
-from rlstab.clipping import AnySurrogate, PPOClip
-from rlstab.exploration import AnyRollout, DualStream
-from rlstab.masks import AnyMask
-from rlstab.regularisers import AnyRegulariser
-from rlstab.reweighters import AnyReweighter
-from rlstab.sampling import AnySampler
-from rlstab.step import AnyRewardShaping, DynamicSampling, ESSLearningRateScale
+from rlstab.advantages import GRPO
+from rlstab.clipping import PPOClip
+from rlstab.registry.families import FAMILIES
+from rlstab.registry.store import rebuild_on_change
 
 if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective
 
+# Each field's type is its family: a tagged union over the kinds registered when the schema is built.
+AnyAdvantage = FAMILIES["advantage"].annotation
+AnyMask = FAMILIES["masks"].annotation
+AnyReweighter = FAMILIES["reweighters"].annotation
+AnySurrogate = FAMILIES["surrogate"].annotation
+AnyAggregation = FAMILIES["aggregation"].annotation
+AnyRegulariser = FAMILIES["regularisers"].annotation
+AnyRewardShaping = FAMILIES["reward_shaping"].annotation
+AnyGroupFilter = FAMILIES["group_filter"].annotation
+AnyLearningRateScale = FAMILIES["lr_scale"].annotation
+AnyStreamWeighting = FAMILIES["dual_stream"].annotation
+AnySampler = FAMILIES["sampler"].annotation
+AnyRollout = FAMILIES["rollout"].annotation
 
+
+@rebuild_on_change
 class Objective(BaseModel):
     """A complete RL policy objective. Build it with [`rlstab.load`][rlstab.load]; run it with ``compile()``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
+    # defer_build: the schema (and so the registry's entry points) is built at the first validation, not at import.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True, defer_build=True)
 
     name: str | None = None
     """A short name (presets set it)."""
@@ -51,11 +62,11 @@ class Objective(BaseModel):
     """Terms added to the policy loss."""
     reward_shaping: list[AnyRewardShaping] = Field(default_factory=list)
     """Terms added to each response's reward before the advantage estimator (DAPO's overlong penalty)."""
-    group_filter: DynamicSampling | None = None
+    group_filter: AnyGroupFilter | None = None
     """Drop prompt groups over the whole step (DAPO's dynamic sampling): their responses become padding."""
-    lr_scale: ESSLearningRateScale | None = None
+    lr_scale: AnyLearningRateScale | None = None
     """A factor for the step's learning rate, returned by gather as ``StepStats.lr_scale`` (VCPO)."""
-    dual_stream: DualStream | None = None
+    dual_stream: AnyStreamWeighting | None = None
     """Aggregate DEEP-GRPO's branch rows (``TokenBatch.is_branch``) apart and add them with weight lambda."""
     sampler: AnySampler | None = None
     """Which prompts to train on (sample layer: Goldilocks); executed by the trainer, not the loss."""

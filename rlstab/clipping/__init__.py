@@ -1,9 +1,5 @@
 """Surrogates and clipping rules (``surrogate:``): the per-token loss l(r, A)."""
 
-from typing import Annotated
-
-from pydantic import Field
-
 from rlstab.clipping.aspo import ASPO, HighEntropyClip
 from rlstab.clipping.bapo import BAPO
 from rlstab.clipping.base import Surrogate, SurrogateResult
@@ -16,11 +12,6 @@ from rlstab.clipping.maspo import MASPO
 from rlstab.clipping.ppo import NoClip, PPOClip
 from rlstab.clipping.sapo import SAPO
 
-AnySurrogate = Annotated[
-    PPOClip | NoClip | GSPO | SAPO | CISPO | ASPO | DPPOBinaryTV | DPPOBinaryKL | ClipCov | KLCov | MASPO | BAPO,
-    Field(discriminator="kind"),
-]
-
 __all__ = [
     "ASPO",
     "BAPO",
@@ -28,7 +19,6 @@ __all__ = [
     "GSPO",
     "MASPO",
     "SAPO",
-    "AnySurrogate",
     "ClipCov",
     "DPPOBinaryKL",
     "DPPOBinaryTV",

@@ -12,17 +12,15 @@ from collections.abc import Sequence
 import torch
 
 from rlstab.demo.tasks import Problem, Task, training_problems
-from rlstab.exploration.deep_grpo import PivotExplorer
 from rlstab.objective import Objective
-from rlstab.sampling.goldilocks import GoldilocksCurriculum
 
 
 class TrainerLayers:
     """The sampler and rollout runtimes of ``objective`` (None where it has none), seeded from the run's seed."""
 
     def __init__(self, objective: Objective, seed: int):
-        self.curriculum = GoldilocksCurriculum(objective.sampler, seed + 2) if objective.sampler is not None else None
-        self.explorer = PivotExplorer(objective.rollout, seed + 3) if objective.rollout is not None else None
+        self.curriculum = objective.sampler.curriculum(seed + 2) if objective.sampler is not None else None
+        self.explorer = objective.rollout.explorer(seed + 3) if objective.rollout is not None else None
 
     def problems(self, task: Task, n: int, generator: torch.Generator) -> list[Problem]:
         """The step's ``n`` prompts: drawn uniformly, or chosen by the sampler from a pool drawn uniformly."""

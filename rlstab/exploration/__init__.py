@@ -8,9 +8,8 @@
   feeds branch rows (``TokenBatch.is_branch``).
 """
 
+from rlstab.exploration.base import Rollout, StreamWeighting
 from rlstab.exploration.deep_grpo import DeepGRPO, RecoverabilityModel, pivot_probabilities, segment_ends
 from rlstab.exploration.dual_stream import DualStream
 
-AnyRollout = DeepGRPO  # a tagged union once a second kind exists
-
-__all__ = ["AnyRollout", "DeepGRPO", "DualStream", "RecoverabilityModel", "pivot_probabilities", "segment_ends"]
+__all__ = ["DeepGRPO", "DualStream", "Rollout", "StreamWeighting", "RecoverabilityModel", "pivot_probabilities", "segment_ends"]

@@ -10,7 +10,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from rlstab.components import Component
+from rlstab.exploration.base import Rollout
 
 
 def segment_ends(token_texts: Sequence[str], segmentation: str = "sentence", tokens_per_segment: int = 50) -> list[int]:
@@ -89,7 +89,7 @@ def pivot_probabilities(depths: Sequence[float], model: RecoverabilityModel, dep
     return q / q.sum()
 
 
-class DeepGRPO(Component):
+class DeepGRPO(Rollout):
     r"""DEEP-GRPO's pivot-driven resampling (``rollout:``): dense local branches where failures are recoverable.
 
     $$Q(t) \propto P_\phi(\text{success} \mid s_{<t})\,\Bigl(\frac{t}{T}\Bigr)^{\gamma},\qquad
@@ -132,6 +132,9 @@ class DeepGRPO(Component):
     """P_phi's sliding window of (depth, success) pairs."""
     min_samples: int = Field(10, ge=0, le=1_000_000)
     """P_phi is fitted once the window holds more pairs than this, of both labels (P = 1 before)."""
+
+    def explorer(self, seed: int) -> PivotExplorer:
+        return PivotExplorer(self, seed)
 
     def describe(self) -> str:
         seg = "sentences" if self.segmentation == "sentence" else f"{self.tokens_per_segment}-token segments"

@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from rlstab.components import Component
+from rlstab.exploration.base import StreamWeighting
 
 
-class DualStream(Component):
+class DualStream(StreamWeighting):
     r"""DEEP-GRPO's dual-stream objective (``dual_stream:``): each stream aggregated on its own.
 
     $$L = \mathrm{Agg}_{main}\bigl[\,l\,\bigr] + \lambda\,\mathrm{Agg}_{branch}\bigl[\,l\,\bigr]$$

@@ -1,9 +1,5 @@
 """Token masks: which tokens train. Masks of an objective are AND-ed."""
 
-from typing import Annotated
-
-from pydantic import Field
-
 from rlstab.masks.base import Mask
 from rlstab.masks.entropy_quantile import EntropyQuantile
 from rlstab.masks.expression import Expression
@@ -11,12 +7,7 @@ from rlstab.masks.lopti import Lopti, lopti_phases
 from rlstab.masks.rollout import IcePop, RolloutRejection, RolloutVeto
 from rlstab.masks.s2t import S2T, LowProbability
 
-AnyMask = Annotated[
-    S2T | LowProbability | EntropyQuantile | Expression | IcePop | RolloutRejection | RolloutVeto | Lopti,
-    Field(discriminator="kind"),
-]
-
 __all__ = [
-    "AnyMask", "EntropyQuantile", "Expression", "IcePop", "LowProbability", "Lopti", "Mask", "RolloutRejection",
+    "EntropyQuantile", "Expression", "IcePop", "LowProbability", "Lopti", "Mask", "RolloutRejection",
     "RolloutVeto", "S2T", "lopti_phases",
 ]

@@ -6,6 +6,7 @@
   ``rlstab.adapters.verl.sampler.GoldilocksDataset`` in veRL use it).
 """
 
+from rlstab.sampling.base import Sampler
 from rlstab.sampling.goldilocks import (
     Goldilocks,
     GoldilocksCurriculum,
@@ -14,6 +15,4 @@ from rlstab.sampling.goldilocks import (
     utility,
 )
 
-AnySampler = Goldilocks  # a tagged union once a second kind exists
-
-__all__ = ["AnySampler", "Goldilocks", "GoldilocksCurriculum", "HashedNgrams", "select_prompts", "utility"]
+__all__ = ["Sampler", "Goldilocks", "GoldilocksCurriculum", "HashedNgrams", "select_prompts", "utility"]

@@ -12,6 +12,7 @@ import torch
 from pydantic import Field
 
 from rlstab.components import Component
+from rlstab.sampling.base import Sampler
 
 
 def utility(success_rate: torch.Tensor | float) -> torch.Tensor:
@@ -78,7 +79,7 @@ class HashedNgrams(Component):
         return f"hashed-ngrams: character 1..{self.ngram}-grams hashed into {self.dims} counts, L2-normalised"
 
 
-class Goldilocks(Component):
+class Goldilocks(Sampler):
     r"""Goldilocks' teacher-driven prompt selection (``sampler:``).
 
     $$y_q = \sqrt{\hat p_q (1 - \hat p_q)},\qquad f_\phi(q) = \tfrac12\,\sigma\bigl(w^\top \phi(q) + b\bigr),\qquad
@@ -119,6 +120,9 @@ class Goldilocks(Component):
     """Adam steps on the window after each student step."""
     featuriser: HashedNgrams = Field(default_factory=HashedNgrams)
     """How a prompt becomes the teacher's input."""
+
+    def curriculum(self, seed: int) -> GoldilocksCurriculum:
+        return GoldilocksCurriculum(self, seed)
 
     def describe(self) -> str:
         return (

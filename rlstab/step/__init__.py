@@ -8,18 +8,19 @@
   [`ess_lr_scale`][rlstab.step.ess_lr_scale]: returned as ``StepStats.lr_scale``.
 """
 
+from rlstab.step.base import GroupFilter, LearningRateScale, RewardShaping
 from rlstab.step.dynamic_sampling import DynamicSampling, filter_groups, uniform_groups
 from rlstab.step.ess import ESSLearningRateScale, effective_sample_size, ess_lr_scale
 from rlstab.step.level import StepLevel, fit_step_level, shaped_rewards
 from rlstab.step.overlong import OverlongPenalty, overlong_penalty
 
-AnyRewardShaping = OverlongPenalty  # a tagged union once a second kind exists
-
 __all__ = [
-    "AnyRewardShaping",
     "DynamicSampling",
+    "GroupFilter",
+    "LearningRateScale",
     "ESSLearningRateScale",
     "OverlongPenalty",
+    "RewardShaping",
     "StepLevel",
     "effective_sample_size",
     "ess_lr_scale",

@@ -6,7 +6,7 @@ from typing import Literal
 
 import torch
 
-from rlstab.components import Component
+from rlstab.step.base import GroupFilter
 
 
 def uniform_groups(rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None = None) -> torch.Tensor:
@@ -56,7 +56,7 @@ def filter_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tenso
     return ~torch.isin(group_ids.to(torch.int64), uniform_groups(rewards, group_ids))
 
 
-class DynamicSampling(Component):
+class DynamicSampling(GroupFilter):
     r"""DAPO's dynamic sampling, inside the loss: responses of uniform groups become padding.
 
     $$\text{drop group } g \text{ iff } |g| \ge 2 \wedge \max_{i \in g} R_i = \min_{i \in g} R_i$$
@@ -86,6 +86,12 @@ class DynamicSampling(Component):
     """Which rewards must differ within a group for it to train."""
 
     reads = frozenset({"rewards", "group_ids"})
+
+    def judges_shaped_rewards(self) -> bool:
+        return self.on == "shaped_rewards"
+
+    def dropped_groups(self, rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return group_summary(rewards, group_ids, responses)
 
     def describe(self) -> str:
         what = "rewards" if self.on == "rewards" else "shaped rewards"

@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from rlstab.components import Component
+from rlstab.step.base import LearningRateScale
 
 
 def effective_sample_size(log_weights: torch.Tensor) -> float:
@@ -34,7 +34,7 @@ def ess_lr_scale(log_weights: torch.Tensor, rule: str = "sqrt", base_ratio: floa
     return (math.sqrt(scale) if rule == "sqrt" else scale), ess
 
 
-class ESSLearningRateScale(Component):
+class ESSLearningRateScale(LearningRateScale):
     r"""VCPO's learning-rate factor: $\eta \leftarrow \eta\,\sqrt{\min(1, \mathrm{ESS}/B)}$.
 
     $$w_i = \exp\Bigl(\sum_t \log\pi_{\theta}(y_{i,t}) - \log\pi_{infer}(y_{i,t})\Bigr),\qquad

@@ -13,7 +13,6 @@ import torch
 
 from rlstab.batch import BatchError, TokenBatch
 from rlstab.comm import Comm
-from rlstab.step.dynamic_sampling import group_summary
 from rlstab.tokens import Tokens
 
 
@@ -91,14 +90,15 @@ def fit_step_level(objective, tokens: list[Tokens], comm: Comm) -> StepLevel:
     dropped, groups = None, 0
     flt = objective.group_filter
     if flt is not None and tokens:
-        rewards = [t.batch.rewards if flt.on == "rewards" else shaped_rewards(objective, t.batch) for t in tokens]
+        shaped = flt.judges_shaped_rewards()
+        rewards = [shaped_rewards(objective, t.batch) if shaped else t.batch.rewards for t in tokens]
         # Each response's reward and whether it has a response token (padding rows leave the groups), in one concatenation.
         rows = comm.cat(torch.cat([
             torch.stack([r.to(torch.float32), t.batch.response_mask.any(-1).to(torch.float32)], -1).reshape(-1)
             for r, t in zip(rewards, tokens)
         ])).reshape(-1, 2)
         group_ids = comm.cat(torch.cat([t.batch.group_ids.to(torch.int64) for t in tokens]))
-        dropped, groups = group_summary(rows[:, 0], group_ids, rows[:, 1] > 0)
+        dropped, groups = flt.dropped_groups(rows[:, 0], group_ids, rows[:, 1] > 0)
     level = StepLevel(dropped_groups=dropped, groups=groups)
     for t in tokens:
         level.restrict(t)

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from rlstab.components import Component
+from rlstab.step.base import RewardShaping
 
 
 def overlong_penalty(
@@ -18,7 +18,7 @@ def overlong_penalty(
     return (exceed.neg() / buffer * penalty_factor).clamp(max=0.0)
 
 
-class OverlongPenalty(Component):
+class OverlongPenalty(RewardShaping):
     r"""DAPO's soft overlong punishment, added to each response's reward before the advantage estimator.
 
     $$R_i \leftarrow R_i + \min\!\Bigl(-\frac{|y_i| - (L_{max} - L_{buf})}{L_{buf}}\,c,\ 0\Bigr)$$

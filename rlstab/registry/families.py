@@ -1,0 +1,116 @@
+"""The families: one per objective field that names a component, each with its base class.
+
+A family is also the pydantic type of its field (``Annotated[Mask, FAMILIES["masks"]]``): its
+schema is a tagged union on ``kind`` over the kinds registered when the schema is built, so the
+objective model, its JSON Schema and its "unknown kind; allowed: ..." errors follow the registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic_core import PydanticCustomError, core_schema
+
+from rlstab.advantages.base import AdvantageEstimator
+from rlstab.aggregation import Aggregation
+from rlstab.clipping.base import Surrogate
+from rlstab.components import Component
+from rlstab.exploration.base import Rollout, StreamWeighting
+from rlstab.masks.base import Mask
+from rlstab.regularisers.base import Regulariser
+from rlstab.reweighters.base import Reweighter
+from rlstab.sampling.base import Sampler
+from rlstab.step.base import GroupFilter, LearningRateScale, RewardShaping
+
+
+@dataclass(frozen=True, eq=False)
+class Family:
+    """The kinds an objective field accepts: components deriving from ``base``.
+
+    Attributes:
+        name: the objective field (``masks``), also the family's name in messages and listings.
+        base: the class every component of the family derives from, whose methods it implements.
+        scope: where it runs: ``loss`` (every trainer, through the compiled loss), ``step`` (gather,
+            once per step), or ``trainer`` (executed by a trainer that knows the kind).
+    """
+
+    name: str
+    base: type[Component]
+    scope: str
+
+    @property
+    def annotation(self) -> Any:
+        return Annotated[self.base, self]
+
+    def kinds(self) -> tuple[str, ...]:
+        """The registered kinds, sorted (plugins loaded first)."""
+        from rlstab.registry.store import registrations
+
+        return tuple(sorted(r.kind for r in registrations(self.name)))
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        from rlstab.registry.store import ensure_loaded, lookup, registrations
+
+        ensure_loaded()
+        registered = sorted(registrations(self.name), key=lambda r: r.kind)
+        if not registered:
+            inner = core_schema.no_info_plain_validator_function(self._nothing_registered)
+        else:
+            choices = {r.kind: handler.generate_schema(r.cls) for r in registered}
+            inner = core_schema.tagged_union_schema(choices, discriminator="kind")
+
+        def check_instance(value: Any, validate: Any) -> Any:
+            if isinstance(value, Component):  # a Python object: registered, and of this family?
+                kind = getattr(value, "kind", None)
+                if not isinstance(value, self.base):
+                    raise PydanticCustomError(
+                        "wrong_family", "{cls} is not a component of {family} (its base is {base})",
+                        {"cls": type(value).__name__, "family": self.name, "base": self.base.__name__},
+                    )
+                known = lookup(self.name, kind)
+                if known is None or not isinstance(value, known.cls):
+                    raise PydanticCustomError(
+                        "unregistered_kind",
+                        "{cls} (kind '{kind}') is not registered: call rlstab.register({cls}) first, or declare it "
+                        "in the 'rlstab.components' entry-point group of an installed package",
+                        {"cls": type(value).__name__, "kind": kind},
+                    )
+            return validate(value)
+
+        return core_schema.no_info_wrap_validator_function(check_instance, inner)
+
+    def _nothing_registered(self, value: Any) -> Any:
+        raise PydanticCustomError(
+            "no_kinds", "no {family} kind is registered (rlstab's own entry points are missing: install rlstab with pip)",
+            {"family": self.name},
+        )
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("advantage", AdvantageEstimator, "step"),
+        Family("masks", Mask, "loss"),
+        Family("reweighters", Reweighter, "loss"),
+        Family("surrogate", Surrogate, "loss"),
+        Family("aggregation", Aggregation, "loss"),
+        Family("regularisers", Regulariser, "loss"),
+        Family("reward_shaping", RewardShaping, "step"),
+        Family("group_filter", GroupFilter, "step"),
+        Family("lr_scale", LearningRateScale, "step"),
+        Family("dual_stream", StreamWeighting, "loss"),
+        Family("sampler", Sampler, "trainer"),
+        Family("rollout", Rollout, "trainer"),
+    )
+}
+
+
+def family(name: str) -> Family:
+    return FAMILIES[name]
+
+
+def family_of(cls: type) -> Family | None:
+    """The family whose base ``cls`` derives from, or None."""
+    found = [f for f in FAMILIES.values() if isinstance(cls, type) and issubclass(cls, f.base)]
+    return found[0] if len(found) == 1 else None
