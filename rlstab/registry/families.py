@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from pydantic import ValidationError
 from pydantic_core import PydanticCustomError, core_schema
 
 from rlstab.advantages.base import AdvantageEstimator
@@ -50,35 +51,38 @@ class Family:
         return tuple(sorted(r.kind for r in registrations(self.name)))
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        from rlstab.registry.store import ensure_loaded, lookup, registrations
+        from rlstab.registry.store import ensure_loaded, registrations
 
         ensure_loaded()
         registered = sorted(registrations(self.name), key=lambda r: r.kind)
         if not registered:
-            inner = core_schema.no_info_plain_validator_function(self._nothing_registered)
-        else:
-            choices = {r.kind: handler.generate_schema(r.cls) for r in registered}
-            inner = core_schema.tagged_union_schema(choices, discriminator="kind")
+            return core_schema.no_info_plain_validator_function(self._nothing_registered)
+        choices = {r.kind: handler.generate_schema(r.cls) for r in registered}
+        return core_schema.tagged_union_schema(choices, discriminator="kind")
 
-        def check_instance(value: Any, validate: Any) -> Any:
-            if isinstance(value, Component):  # a Python object: registered, and of this family?
-                kind = getattr(value, "kind", None)
-                if not isinstance(value, self.base):
-                    raise PydanticCustomError(
-                        "wrong_family", "{cls} is not a component of {family} (its base is {base})",
-                        {"cls": type(value).__name__, "family": self.name, "base": self.base.__name__},
-                    )
-                known = lookup(self.name, kind)
-                if known is None or not isinstance(value, known.cls):
-                    raise PydanticCustomError(
-                        "unregistered_kind",
-                        "{cls} (kind '{kind}') is not registered: call rlstab.register({cls}) first, or declare it "
-                        "in the 'rlstab.components' entry-point group of an installed package",
-                        {"cls": type(value).__name__, "kind": kind},
-                    )
-            return validate(value)
+    def instance_problem(self, value: Any) -> PydanticCustomError | None:
+        """Why a Python component object cannot fill this field (another family, a kind nobody registered), or None.
 
-        return core_schema.no_info_wrap_validator_function(check_instance, inner)
+        Asked only after validation failed, so the tagged union stays all Rust on the way that succeeds.
+        """
+        from rlstab.registry.store import lookup
+
+        if not isinstance(value, Component):
+            return None
+        if not isinstance(value, self.base):
+            return PydanticCustomError(
+                "wrong_family", "{cls} is not a component of {family} (its base is {base})",
+                {"cls": type(value).__name__, "family": self.name, "base": self.base.__name__},
+            )
+        known = lookup(self.name, getattr(value, "kind", None))
+        if known is None or not isinstance(value, known.cls):
+            return PydanticCustomError(
+                "unregistered_kind",
+                "{cls} (kind '{kind}') is not registered: call rlstab.register({cls}) first, or declare it "
+                "in the 'rlstab.components' entry-point group of an installed package",
+                {"cls": type(value).__name__, "kind": str(getattr(value, "kind", None))},
+            )
+        return None
 
     def _nothing_registered(self, value: Any) -> Any:
         raise PydanticCustomError(
@@ -114,3 +118,19 @@ def family_of(cls: type) -> Family | None:
     """The family whose base ``cls`` derives from, or None."""
     found = [f for f in FAMILIES.values() if isinstance(cls, type) and issubclass(cls, f.base)]
     return found[0] if len(found) == 1 else None
+
+
+def with_instance_problems(err: ValidationError, data: dict) -> ValidationError:
+    """``err``, where a Python component object was refused, with the reason (another family, not registered)."""
+    lines, changed = [], False
+    for e in err.errors(include_url=False):
+        loc, value = e["loc"], data.get(e["loc"][0]) if e["loc"] else None
+        if len(loc) > 1 and isinstance(loc[1], int) and isinstance(value, list) and loc[1] < len(value):
+            value = value[loc[1]]
+        problem = FAMILIES[loc[0]].instance_problem(value) if loc and loc[0] in FAMILIES else None
+        changed |= problem is not None
+        detail = {"type": problem or e["type"], "loc": loc, "input": e["input"]}
+        if problem is None and "ctx" in e:
+            detail["ctx"] = e["ctx"]
+        lines.append(detail)
+    return ValidationError.from_exception_data(err.title, lines) if changed else err

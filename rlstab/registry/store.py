@@ -16,6 +16,8 @@ import os
 import re
 import typing
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
@@ -82,14 +84,40 @@ def register(cls: type[Component]) -> type[Component]:
     return cls
 
 
+@contextmanager
+def isolated() -> Iterator[None]:
+    """Undo, on exit, every registration made inside (tests that register classes of their own)."""
+    ensure_loaded()
+    saved = {name: dict(kinds) for name, kinds in _kinds.items()}
+    marked = os.environ.get(IN_PROCESS_ENV)
+    try:
+        yield
+    finally:
+        changed = saved != _kinds
+        for name, kinds in saved.items():
+            _kinds[name] = kinds
+        if marked is None:
+            os.environ.pop(IN_PROCESS_ENV, None)
+        else:
+            os.environ[IN_PROCESS_ENV] = marked
+        if changed:
+            _schemas_changed()
+
+
 def ensure_loaded() -> None:
     """Load the ``rlstab.components`` entry points, once (a nested call while loading returns at once)."""
     if _state["loaded"] or _state["loading"]:
         return
     _state["loading"] = True
     try:
-        for ep in sorted(entry_points(group=GROUP), key=_builtin_first):
-            _load(ep)
+        parsed: dict[int, tuple[str, str]] = {}  # METADATA parsed once per distribution, not per entry point
+        found = []
+        for ep in entry_points(group=GROUP):
+            if id(ep.dist) not in parsed:
+                parsed[id(ep.dist)] = _name_and_version(ep.dist)
+            found.append((parsed[id(ep.dist)], ep))
+        for (name, version), ep in sorted(found, key=lambda item: (item[0][0] != "rlstab", item[0][0], item[1].name)):
+            _load(ep, name, version)
     finally:
         _state["loading"], _state["loaded"] = False, True
 
@@ -136,14 +164,15 @@ def rebuild_on_change(model: type[BaseModel]) -> type[BaseModel]:
     return model
 
 
-def _builtin_first(ep) -> tuple[bool, str, str]:
-    dist = getattr(ep.dist, "name", "") or ""
-    return dist != "rlstab", dist, ep.name
+def _name_and_version(dist) -> tuple[str, str]:
+    if dist is None:
+        return "?", "?"
+    meta = dist.metadata
+    return meta["Name"] or "?", meta["Version"] or "?"
 
 
-def _load(ep) -> None:
-    dist = ep.dist
-    where = f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+def _load(ep, dist: str, version: str) -> None:
+    where = f"{dist} {version}"
     origin = f"{where} (entry point {ep.name} = {ep.value})"
     try:
         cls = ep.load()
@@ -151,7 +180,7 @@ def _load(ep) -> None:
         _refuse(ep.name, f"plugin {ep.name!r} of {where} failed to import {ep.value}: {type(err).__name__}: {err}")
         return
     try:
-        reg = _registration(cls, origin, getattr(dist, "name", None) or "?")
+        reg = _registration(cls, origin, dist)
     except RegistryError as err:
         _refuse(ep.name, f"plugin {ep.name!r} of {where}: {err.problems[0]}")
         return

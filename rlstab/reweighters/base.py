@@ -23,5 +23,6 @@ class Reweighter(StepHook, Component):
     """Base class of reweighters (``reweighters:`` in an objective); factors of an objective multiply."""
 
     def weights(self, t: Tokens, step: Any) -> torch.Tensor:
-        """Float32 factors broadcastable to ``[B, T]`` (``[B, 1]`` for per-response factors). Padding may hold any value."""
+        """Float32 factors broadcastable to ``[B, T]`` (``[B, 1]`` for per-response factors).
+        On padding any finite value (compute from padding's inputs with ``torch.where``)."""
         raise NotImplementedError

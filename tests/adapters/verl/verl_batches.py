@@ -51,10 +51,14 @@ def random_verl_batch(seed: int, B: int = 6, T: int = 11) -> dict[str, torch.Ten
 P = 3  # prompt columns (left padded)
 
 
-def micro_batch(logprobs, entropy, advantages, response_lengths, prompt_lengths, dp_size=1, batch_num_tokens=None, global_batch_size=None):
+def micro_batch(
+    logprobs, entropy, advantages, response_lengths, prompt_lengths, dp_size=1, batch_num_tokens=None, global_batch_size=None,
+    old_logprobs=None,
+):
     """(model_output, data, logprob leaf, response mask) for verl's ppo_loss, built as verl's trainer builds them.
 
-    logprobs/entropy/advantages are [B, T] response values; the global batch info defaults to this micro-batch's.
+    logprobs/entropy/advantages/old_logprobs are [B, T] response values (old: the current ones unless
+    given); the global batch info defaults to this micro-batch's.
     """
     B, T = logprobs.shape
     response_mask = torch.arange(T) < torch.tensor(response_lengths).unsqueeze(-1)
@@ -69,7 +73,7 @@ def micro_batch(logprobs, entropy, advantages, response_lengths, prompt_lengths,
             "attention_mask": attention_mask,
             "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
             "response_mask": response_mask.long(),
-            "old_log_probs": logprobs.detach().clone(),
+            "old_log_probs": (logprobs if old_logprobs is None else old_logprobs).detach().clone(),
             "advantages": advantages,
         },
         batch_size=[B],

@@ -1,0 +1,100 @@
+"""One or more instances of every built-in kind, configured so that the kit's checks exercise them.
+
+Defaults are used where they do something on the kit's batch (``rlstab.testing.batches``); where
+they would not, the example says why it departs from them:
+
+- a mask must silence some valid tokens and keep others, or the silenced-token check proves
+  nothing: ``rollout_veto`` at 0.05 (the default 1e-4 vetoes no response of a random batch),
+  ``rollout_rejection`` (its ``high`` is required) at token level and over whole responses;
+- Clip-Cov and KL-Cov select ``fraction`` of a micro-batch's tokens: 2% instead of 0.02%, so
+  something is selected in a 16 x 24 batch; Clip-Cov with a ``seed`` (``seed: null`` draws from
+  torch's global generator, differently on every call, so no two computations could be compared);
+- aggregations have no default ``count``: both values appear;
+- regularisers at ``coef = 0.1``, so their term is not lost in the tolerances;
+- DAPO's overlong penalty with a budget of 20 tokens (the default 20,480 never binds on 24);
+- STARE adaptive with a target entropy inside the batch's (1.0), so its controller and gate move;
+- Goldilocks with a smaller teacher (the checks drive it for several steps).
+"""
+
+from __future__ import annotations
+
+from rlstab.registry import registrations
+
+BUILTIN = "rlstab"
+
+
+def builtin_components() -> list:
+    """Example instances of rlstab's own kinds, at least one per kind (each a fresh instance)."""
+    from rlstab.advantages.given import Given
+    from rlstab.advantages.group import GRPO, RLOO
+    from rlstab.advantages.opob import OffPolicyOptimalBaseline
+    from rlstab.advantages.reinforce_pp import ReinforcePP
+    from rlstab.aggregation import SeqMeanTokenMean, SeqMeanTokenSum, SeqMeanTokenSumNorm, TokenMean, TokenSum
+    from rlstab.clipping.aspo import ASPO
+    from rlstab.clipping.bapo import BAPO
+    from rlstab.clipping.cispo import CISPO
+    from rlstab.clipping.clip_cov import ClipCov
+    from rlstab.clipping.dppo import DPPOBinaryKL, DPPOBinaryTV
+    from rlstab.clipping.gspo import GSPO
+    from rlstab.clipping.kl_cov import KLCov
+    from rlstab.clipping.maspo import MASPO
+    from rlstab.clipping.ppo import NoClip, PPOClip
+    from rlstab.clipping.sapo import SAPO
+    from rlstab.exploration.deep_grpo import DeepGRPO
+    from rlstab.exploration.dual_stream import DualStream
+    from rlstab.masks.entropy_quantile import EntropyQuantile
+    from rlstab.masks.expression import Expression
+    from rlstab.masks.lopti import Lopti
+    from rlstab.masks.rollout import IcePop, RolloutRejection, RolloutVeto
+    from rlstab.masks.s2t import S2T, LowProbability
+    from rlstab.regularisers.entropy_bonus import EntropyBonus
+    from rlstab.regularisers.kl import KLPenalty
+    from rlstab.reweighters.low_probability import LowProbabilityReweight
+    from rlstab.reweighters.stare import STARE
+    from rlstab.reweighters.tis import TruncatedIS
+    from rlstab.sampling.goldilocks import Goldilocks
+    from rlstab.step.dynamic_sampling import DynamicSampling
+    from rlstab.step.ess import ESSLearningRateScale
+    from rlstab.step.overlong import OverlongPenalty
+
+    return [
+        # advantage
+        GRPO(), RLOO(), ReinforcePP(), OffPolicyOptimalBaseline(), Given(),
+        # masks
+        S2T(), LowProbability(), EntropyQuantile(), EntropyQuantile(rho=0.5, side="bottom"),
+        Expression(silence="advantage > 0 and probability < 0.002 and entropy < quantile(entropy, 0.8)"),
+        IcePop(), RolloutRejection(high=2.0), RolloutRejection(level="sequence_max", divergence="k2", high=0.5, rejected="masked"),
+        RolloutVeto(threshold=0.05), Lopti(), Lopti(phase="high"),
+        # reweighters
+        LowProbabilityReweight(), TruncatedIS(), TruncatedIS(level="sequence", cap=1.5),
+        STARE(variant="C2", adaptive=True, alpha=0.05, target_entropy=1.0),
+        # surrogate
+        PPOClip(), PPOClip(eps_high=0.28, dual_clip=3.0), NoClip(), GSPO(), SAPO(), CISPO(), ASPO(), DPPOBinaryTV(),
+        DPPOBinaryKL(), ClipCov(fraction=0.02, seed=0), KLCov(fraction=0.02), MASPO(), BAPO(),
+        # aggregation
+        TokenMean(count="kept"), TokenMean(count="valid"), TokenSum(count="valid"), SeqMeanTokenMean(count="kept"),
+        SeqMeanTokenSum(count="valid"), SeqMeanTokenSumNorm(count="kept"), SeqMeanTokenSumNorm(count="valid", norm=16),
+        # regularisers
+        EntropyBonus(coef=0.1), KLPenalty(coef=0.1),
+        # step level
+        OverlongPenalty(max_length=20, buffer=8), DynamicSampling(), ESSLearningRateScale(), DualStream(branch_weight=0.5),
+        # trainer executed
+        Goldilocks(teacher_steps=2), DeepGRPO(),
+    ]
+
+
+def builtin_kinds() -> dict[str, list[str]]:
+    """``{family: [kind, ...]}`` of the kinds rlstab itself registers (distribution ``rlstab``)."""
+    out: dict[str, list[str]] = {}
+    for reg in registrations():
+        if reg.distribution == BUILTIN:
+            out.setdefault(reg.family, []).append(reg.kind)
+    return {family: sorted(kinds) for family, kinds in out.items()}
+
+
+def missing_examples(components) -> list[str]:
+    """``family/kind`` of every built-in kind that ``components`` has no instance of."""
+    from rlstab.testing.hosting import family_name
+
+    have = {(family_name(c), c.kind) for c in components}
+    return [f"{family}/{kind}" for family, kinds in builtin_kinds().items() for kind in kinds if (family, kind) not in have]
