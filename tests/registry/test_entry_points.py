@@ -6,6 +6,8 @@ Each test writes distributions to a temporary folder (see ``plugin_dists``) and 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -100,3 +102,26 @@ def test_an_entry_point_that_is_not_a_component_is_refused(tmp_path):
     assert listing.returncode == 0
     (refused,) = listing.stderr.splitlines()
     assert refused.startswith("refused: plugin 'thing' of odd 1.0: <class 'odd_plugin.Thing'> is not a component class; derive from one of ")
+
+
+def test_the_ratio_cap_example_works_after_pip_install(tmp_path):
+    # The example as a user ships it: a package of its own, installed by pip, used from YAML.
+    package = tmp_path / "ratio-cap"
+    (package / "ratio_cap").mkdir(parents=True)
+    (package / "ratio_cap" / "__init__.py").write_text(RATIO_CAP)
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "ratio-cap"\nversion = "0.3"\ndependencies = ["rlstab"]\n\n'
+        '[project.entry-points."rlstab.components"]\nratio_cap = "ratio_cap:RatioCap"\n'
+    )
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "--target", str(site), str(package)]
+    installed = subprocess.run(pip, capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    (tmp_path / "objective.yaml").write_text(YAML)
+    done = run_cli(site, "explain", str(tmp_path / "objective.yaml"))
+    assert done.returncode == 0, done.stderr
+    assert "        masks[0] ratio_cap: keep tokens with r <= 1.5" in done.stdout.splitlines()
+    listing = run_cli(site, "components", "--family", "masks")
+    rows = [line.split(None, 2) for line in listing.stdout.splitlines()]
+    assert ["masks", "ratio_cap", "ratio-cap 0.3 (entry point ratio_cap = ratio_cap:RatioCap)"] in rows

@@ -85,7 +85,7 @@ from rlstab.adapters.verl.config import CONFIG_PATH, build_objective
 from rlstab.errors import ConfigError
 from rlstab.loading import load
 from rlstab.presets import closest_presets, preset_names
-from rlstab.sampling import Goldilocks, GoldilocksCurriculum
+from rlstab.sampling import Sampler
 
 SECTION = "data.goldilocks"
 KEYS = ("objective", "seed")
@@ -152,7 +152,7 @@ def prompt_outcomes(batch: DataProto) -> tuple[list[str], list[float]]:
     return [text for text, _ in groups.values()], [sum(r) / len(r) for _, r in groups.values()]
 
 
-def sampler_settings(data_config: DictConfig) -> tuple[Goldilocks, int]:
+def sampler_settings(data_config: DictConfig) -> tuple[Sampler, int]:
     """The objective's ``sampler:`` and the seed, from veRL's ``data`` config; ``ConfigError`` naming the key otherwise."""
     root = data_config._get_root() if isinstance(data_config, DictConfig) else None
     if root is not None and OmegaConf.select(root, "trainer.use_v1", default=None):
@@ -230,9 +230,9 @@ class GoldilocksDataset(RLHFDataset):
     """
 
     def __init__(self, data_files, tokenizer, config: DictConfig, processor=None, max_samples: int = -1):
-        goldilocks, seed = sampler_settings(config)  # before the files are read: a config error costs nothing
+        sampler, seed = sampler_settings(config)  # before the files are read: a config error costs nothing
         super().__init__(data_files=data_files, tokenizer=tokenizer, config=config, processor=processor, max_samples=max_samples)
-        self.curriculum = GoldilocksCurriculum(goldilocks, seed)
+        self.curriculum = sampler.curriculum(seed)  # any sampler kind's runtime (goldilocks: GoldilocksCurriculum)
         self.selecting = False
         self.last_metrics: dict[str, float] = {}
         self._texts: dict[int, str] = {}
