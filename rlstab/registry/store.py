@@ -120,6 +120,7 @@ def ensure_loaded() -> None:
             _load(ep, name, version)
     finally:
         _state["loading"], _state["loaded"] = False, True
+    _schemas_changed()  # a plugin that validated an objective while it was imported saw part of the registry
 
 
 def registrations(family: str | None = None) -> list[Registration]:

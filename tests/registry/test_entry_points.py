@@ -125,3 +125,15 @@ def test_the_ratio_cap_example_works_after_pip_install(tmp_path):
     listing = run_cli(site, "components", "--family", "masks")
     rows = [line.split(None, 2) for line in listing.stdout.splitlines()]
     assert ["masks", "ratio_cap", "ratio-cap 0.3 (entry point ratio_cap = ratio_cap:RatioCap)"] in rows
+
+
+def test_a_plugin_that_validates_an_objective_while_imported_still_has_its_kind(tmp_path):
+    # Its import runs inside the registry's first load: the objective it validates builds the schema from
+    # part of the registry (its own kind is not in yet), so the schema is built again once every entry point is.
+    eager = "import rlstab\nrlstab.load('grpo')\n" + RATIO_CAP
+    make_dist(tmp_path, "eager", {"ratio_cap": "eager_plugin:RatioCap"}, {"eager_plugin": eager})
+    # registrations() loads the entry points first, outside any schema build.
+    code = f"import rlstab, rlstab.registry; rlstab.registry.registrations(); print(rlstab.load({YAML!r}).masks[0].kind)"
+    done = run_python(tmp_path, code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ratio_cap"
