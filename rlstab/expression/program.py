@@ -31,7 +31,7 @@ class Program:
     text: str
     tree: Node = field(repr=False)
     canonical: str
-    quantiles: tuple[QuantileSpec, ...]
+    quantiles: tuple[QuantileSpec, ...] = field(compare=False)  # compiled from the tree, which is compared
     features: frozenset[str]
     reads: frozenset[str]
     _condition: Compiled = field(repr=False, compare=False)

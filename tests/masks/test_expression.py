@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 
 import rlstab
 from rlstab.batch import BatchError
+from rlstab.expression import compile_expression
 from rlstab.masks import Expression
 from rlstab.tokens import Tokens
 
@@ -318,3 +319,14 @@ def test_masks_are_frozen_and_compare_by_their_fields():
     assert a != Expression(keep=S2T_TEXT)
     with pytest.raises(Exception, match="frozen"):
         a.silence = "entropy < 1"
+
+
+def test_an_expression_equals_its_recompiled_self():
+    # Equality (a YAML round trip, a fingerprint check) must not depend on the compile cache: compiled
+    # closures compare by identity, so a mask compiled again after an eviction must still be equal.
+    first = Expression(silence=S2T_TEXT)
+    compile_expression.cache_clear()
+    again = Expression(silence=S2T_TEXT)
+    assert first.program is not again.program
+    assert first == again
+    assert first != Expression(silence=S2T_TEXT.replace("0.8", "0.9"))
