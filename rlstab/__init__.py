@@ -10,6 +10,8 @@ regularisers) in YAML, validate them before a cluster starts, and run them as on
 """
 
 import warnings
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _metadata_version
 
 with warnings.catch_warnings():
     # torch warns at import when NumPy is absent; rlstab never uses NumPy, so keep the CLI's output clean.
@@ -24,7 +26,10 @@ from rlstab.objective import Objective
 from rlstab.presets import preset_names
 from rlstab.registry import register
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version: one number, in pyproject.toml
+    __version__ = _metadata_version("rlstab")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BatchError",

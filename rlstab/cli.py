@@ -7,6 +7,7 @@ import json
 import sys
 import warnings
 
+import rlstab
 from rlstab.errors import ConfigError, one_line
 from rlstab.loading import load
 from rlstab.objective import Objective
@@ -86,6 +87,7 @@ def _family_names() -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlstab", description="Stable RL objectives for LLMs, composed in YAML.")
+    parser.add_argument("--version", action="version", version=f"rlstab {rlstab.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("presets", help="list the shipped presets, one line each").set_defaults(func=_cmd_presets)
     p = sub.add_parser("validate", help="validate objective YAML files (non-zero exit on any error)")

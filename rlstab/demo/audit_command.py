@@ -66,6 +66,12 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """The ``rlstab audit`` command (torch runs on ``--threads`` threads meanwhile)."""
+    from rlstab.demo.extras import missing_plotting
+
+    missing = missing_plotting("rlstab audit")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     import torch
 
     threads = torch.get_num_threads()

@@ -106,6 +106,12 @@ def load_inputs(sources: list[str], task_name: str, command: str):
 
 def run(args) -> int:
     """The ``rlstab demo`` command (torch runs on ``--threads`` threads meanwhile)."""
+    from rlstab.demo.extras import missing_plotting
+
+    missing = missing_plotting("rlstab demo")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     import torch
 
     threads = torch.get_num_threads()

@@ -43,8 +43,14 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    from rlstab.demo.extras import missing_plotting
     from rlstab.errors import ConfigError, one_line
     from rlstab.lab.compare import LabError, compare
+
+    missing = missing_plotting("rlstab compare")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
 
     command = "rlstab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None
     try:
