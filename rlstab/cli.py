@@ -69,13 +69,9 @@ def _cmd_components(args) -> int:
 
 
 def _cmd_schema(args) -> int:
-    schema = Objective.model_json_schema()
-    schema["properties"]["extends"] = {
-        "type": "string",
-        "description": f"A preset ({', '.join(preset_names())}) or a YAML file to start from.",
-    }
-    schema["required"] = []  # `extends` may supply every field
-    print(json.dumps(schema, indent=2))
+    from rlstab.schema import objective_schema
+
+    print(json.dumps(objective_schema(), indent=2))
     return 0
 
 

@@ -266,11 +266,12 @@ def test_schema(capsys):
     items = props["masks"]["items"]
     mask_kinds = {"s2t", "low_probability", "entropy_quantile", "expression", "icepop", "rollout_rejection",
                   "rollout_veto", "lopti"}
-    assert set(items["discriminator"]["mapping"]) == mask_kinds
+    assert set(items["properties"]["kind"]["enum"]) == mask_kinds
     kinds = set()
-    for option in items["oneOf"]:
-        definition = _resolve_ref(schema, option)
+    for rule in items["allOf"]:  # if kind is k then k's own schema
+        definition = _resolve_ref(schema, rule["then"])
         kinds.add(definition["properties"]["kind"]["const"])
+        assert rule["if"]["properties"]["kind"]["const"] == definition["properties"]["kind"]["const"]
         assert definition.get("additionalProperties") is False
     assert kinds == mask_kinds
     s2t = schema["$defs"]["S2T"]["properties"]["tau_p"]

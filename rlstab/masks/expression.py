@@ -41,7 +41,13 @@ class Expression(Mask):
     it is evaluated by Python. Errors name the YAML path and point at the column.
     """
 
-    model_config = ConfigDict(serialize_by_alias=True)
+    # Exactly one of silence and keep (the validator below), said in the JSON Schema too.
+    model_config = ConfigDict(
+        serialize_by_alias=True,
+        json_schema_extra={"oneOf": [
+            {"required": [name], "properties": {name: {"type": "string"}}} for name in ("silence", "keep")
+        ]},
+    )
 
     kind: Literal["expression"] = "expression"
     silence: str | None = None

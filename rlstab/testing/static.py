@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import rlstab
 from rlstab.errors import ConfigError
-from rlstab.objective import Objective
+from rlstab.schema import kind_refs, objective_schema
 from rlstab.testing.hosting import family_name, host_objective, hosted, is_list_field, position
 from rlstab.testing.report import checking
 
@@ -47,9 +47,10 @@ def check_describe_and_explain(component, *, host=None) -> None:
 
 
 def check_json_schema(component, *, host=None) -> None:
-    """The component is what ``Objective.model_json_schema()`` says, checked by a JSON Schema validator.
+    """The component is what ``rlstab schema`` publishes (``rlstab.schema.objective_schema``), checked by a JSON
+    Schema validator.
 
-    - its kind is in the discriminator mapping of its field's schema;
+    - its kind is among the kinds of its field's schema;
     - the hosting objective, dumped as JSON (every field of the component, defaults included, so a
       default outside its own bounds fails here: pydantic does not validate defaults), validates;
     - the component written with its defaults left out validates, and loads as an equal component
@@ -61,9 +62,9 @@ def check_json_schema(component, *, host=None) -> None:
             import jsonschema
         except ImportError as err:  # pragma: no cover - the test extra installs it
             raise AssertionError("needs the jsonschema package (pip install 'rlstab[test]')") from err
-        schema = Objective.model_json_schema()
+        schema = objective_schema()
         field = family_name(component)
-        mapping = _discriminator_mapping(schema, field)
+        mapping = _kind_refs(schema, field)
         assert component.kind in mapping, (
             f"kind {component.kind!r} is not in the schema of {field!r} (its kinds: {sorted(mapping)}): is it registered?"
         )
@@ -89,19 +90,15 @@ def check_json_schema(component, *, host=None) -> None:
             raise AssertionError(f"rlstab.load accepts a misspelt key {TYPO!r}: the model must forbid extra fields")
 
 
-def _discriminator_mapping(schema: dict, field: str) -> dict:
+def _kind_refs(schema: dict, field: str) -> dict:
     node = schema["properties"][field]
     if is_list_field(field):
         node = node["items"]
     for option in [node, *node.get("anyOf", [])]:
-        if "discriminator" in option:
-            return option["discriminator"].get("mapping", {})
-        if "$ref" in option:  # a single registered kind: a reference instead of a union
-            name = option["$ref"].rsplit("/", 1)[-1]
-            kind = schema["$defs"][name].get("properties", {}).get("kind", {})
-            if "const" in kind:
-                return {kind["const"]: option["$ref"]}
-    raise AssertionError(f"the schema of {field!r} has no discriminator on kind: {node}")
+        refs = kind_refs(option)
+        if refs:
+            return refs
+    raise AssertionError(f"the schema of {field!r} selects no component by kind: {node}")
 
 
 def _with_component(data: dict, field: str, value: dict) -> dict:

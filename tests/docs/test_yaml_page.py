@@ -106,6 +106,17 @@ def test_presets_output(capsys):
     assert capsys.readouterr().out.splitlines() == console("rlstab presets")
 
 
+def test_the_subcommands_named_are_the_commands_there_are():
+    import argparse
+
+    from rlstab.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    section = PAGE.split("## The `rlstab` command\n\n", 1)[1].split("\n\n", 1)[0]
+    named = re.findall(r"`(\w+)`", section)
+    assert sorted(named) == sorted(sub.choices), section
+
+
 def table(heading: str) -> list[list[str]]:
     """The body rows of the first table under ``## heading``, as stripped cells."""
     lines = PAGE.split(f"## {heading}\n", 1)[1].splitlines()

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from rlstab.schema import kind_refs
+
 from plugin_dists import RATIO_CAP, make_dist, run_cli, run_python
 
 YAML = "extends: grpo\nmasks:\n- {kind: ratio_cap, cap: 1.5}\n"
@@ -51,7 +53,7 @@ def test_the_listing_and_the_schema_include_the_plugin_with_its_origin(ratio_cap
     row = next(line for line in listing.stdout.splitlines() if " ratio_cap " in line)
     assert row.split()[:4] == ["masks", "ratio_cap", "ratio-cap", "1.0"]
     schema = json.loads(run_cli(ratio_cap, "schema").stdout)
-    mapping = schema["properties"]["masks"]["items"]["discriminator"]["mapping"]
+    mapping = kind_refs(schema["properties"]["masks"]["items"])
     assert "ratio_cap" in mapping and "s2t" in mapping
     assert schema["$defs"]["RatioCap"]["properties"]["cap"]["exclusiveMinimum"] == 1.0
 
