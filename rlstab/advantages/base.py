@@ -18,6 +18,7 @@ padding row can reach a sum through ``0 * NaN``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -88,7 +89,7 @@ class GroupTable:
 class AdvantageEstimator(Component):
     """Base class of advantage estimators (``advantage:`` in an objective)."""
 
-    reads = frozenset({"rewards", "group_ids"})
+    reads: ClassVar[frozenset[str]] = frozenset({"rewards", "group_ids"})
 
     def fit(
         self, rewards: torch.Tensor, group_ids: torch.Tensor, lengths: torch.Tensor, responses: torch.Tensor | None = None

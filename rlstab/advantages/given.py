@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from rlstab.advantages.base import AdvantageEstimator
 
@@ -15,7 +15,7 @@ class Given(AdvantageEstimator):
     """
 
     kind: Literal["given"] = "given"
-    reads = frozenset({"advantages"})
+    reads: ClassVar[frozenset[str]] = frozenset({"advantages"})
 
     def describe(self) -> str:
         return "given: A = the advantages the trainer supplies"

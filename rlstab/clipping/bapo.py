@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -107,7 +107,7 @@ class BAPO(Surrogate):
     """
 
     kind: Literal["bapo"] = "bapo"
-    state_model = BAPOState
+    state_model: ClassVar[type[BAPOState]] = BAPOState
     target: float = Field(0.4, ge=0.0, le=1e6)
     """rho_0: the positive contribution to reach (paper: 0.4 as a share; authors' code: 0.5 as P/N)."""
     lower_start: float = Field(0.6, gt=0.0, le=1.0)

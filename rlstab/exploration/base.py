@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rlstab.components import Component
 
 
@@ -22,4 +24,4 @@ class StreamWeighting(Component):
     """Base of ``dual_stream:`` components: rows marked ``TokenBatch.is_branch`` form a second stream,
     aggregated on its own and added with weight ``branch_weight`` (a float field every subclass has)."""
 
-    reads = frozenset({"is_branch"})
+    reads: ClassVar[frozenset[str]] = frozenset({"is_branch"})

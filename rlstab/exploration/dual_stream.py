@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -37,7 +37,7 @@ class DualStream(StreamWeighting):
     branch_weight: float = Field(1.0, ge=0.0, le=100.0)
     """lambda: the weight of the branch stream's aggregated loss (DEEP-GRPO's default 1)."""
 
-    reads = frozenset({"is_branch"})
+    reads: ClassVar[frozenset[str]] = frozenset({"is_branch"})
 
     def describe(self) -> str:
         return (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -37,8 +37,8 @@ class EntropyQuantile(Mask):
     interpolation: Interpolation = "linear"
     """How the quantile interpolates between order statistics (as ``torch.quantile``)."""
 
-    reads = frozenset({"entropy"})
-    threshold_name = "entropy_threshold"
+    reads: ClassVar[frozenset[str]] = frozenset({"entropy"})
+    threshold_name: ClassVar[str] = "entropy_threshold"
 
     def quantile_request(self, t: Tokens):
         q = 1.0 - self.rho if self.side == "top" else self.rho

@@ -22,7 +22,7 @@ $$\log r_{i,t} = \mathrm{clamp}\bigl(\log\pi_{train}(y_{i,t}) - \log\pi_{infer}(
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -43,7 +43,7 @@ def rollout_log_ratio(t: Tokens) -> torch.Tensor:
 class RolloutMask(Mask):
     """Base of the masks that read the inference engine's log-probabilities."""
 
-    reads = frozenset({"rollout_logprobs"})
+    reads: ClassVar[frozenset[str]] = frozenset({"rollout_logprobs"})
     rejected: Rejected = "padding"
     """``padding``: rejected tokens leave every denominator (veRL's rollout_rs). ``masked``: silenced, still counted by ``count: valid``."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -60,8 +60,8 @@ class S2T(Mask):
     interpolation: Interpolation = "linear"
     """How the quantile interpolates between order statistics (as ``torch.quantile``)."""
 
-    reads = frozenset({"entropy"})
-    threshold_name = "entropy_threshold"
+    reads: ClassVar[frozenset[str]] = frozenset({"entropy"})
+    threshold_name: ClassVar[str] = "entropy_threshold"
 
     def quantile_request(self, t: Tokens):
         include = t.valid_bool if self.population == "valid" else t.valid_bool & (t.advantages > 0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -23,7 +23,7 @@ class EntropyBonus(Regulariser):
     coef: float = Field(0.001, ge=0.0, le=1.0)
     """Bonus coefficient c."""
 
-    reads = frozenset({"entropy"})
+    reads: ClassVar[frozenset[str]] = frozenset({"entropy"})
 
     def term(self, batch, t):
         entropy = batch.entropy

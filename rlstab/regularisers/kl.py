@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -29,7 +29,7 @@ class KLPenalty(Regulariser):
     estimator: Literal["k1", "k2", "k3"] = "k3"
     """Per-token KL estimator."""
 
-    reads = frozenset({"ref_logprobs"})
+    reads: ClassVar[frozenset[str]] = frozenset({"ref_logprobs"})
 
     def term(self, batch, t):
         delta = batch.logprobs.to(torch.float32) - t.ref_logprobs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -140,8 +140,8 @@ class STARE(Reweighter):
     selection: Literal["micro_batch"] = "micro_batch"
     """Where the top-P sets are chosen: within each micro-batch, as the authors' loss does."""
 
-    reads = frozenset({"entropy"})
-    state_model = STAREState
+    reads: ClassVar[frozenset[str]] = frozenset({"entropy"})
+    state_model: ClassVar[type[STAREState]] = STAREState
 
     @model_validator(mode="after")
     def _weights_inside_the_controller_bounds(self):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -31,7 +31,7 @@ class TruncatedIS(Reweighter):
     cap: float = Field(2.0, gt=0.0)
     """Truncation C."""
 
-    reads = frozenset({"rollout_logprobs"})
+    reads: ClassVar[frozenset[str]] = frozenset({"rollout_logprobs"})
 
     def weights(self, t, step) -> torch.Tensor:
         # where, not a multiply by valid: padding may hold huge values (inf * 0 is NaN)

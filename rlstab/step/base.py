@@ -6,6 +6,8 @@ of the family, built in or from a plugin, is executed the same way in every trai
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from rlstab.components import Component
@@ -14,7 +16,7 @@ from rlstab.components import Component
 class RewardShaping(Component):
     """Base of ``reward_shaping:`` components: a term added to each response's reward before the estimator."""
 
-    reads = frozenset({"rewards"})
+    reads: ClassVar[frozenset[str]] = frozenset({"rewards"})
 
     def penalty(self, lengths: torch.Tensor) -> torch.Tensor:
         """``[B]`` float32 term added to the rewards of responses with ``lengths`` response tokens."""
@@ -24,7 +26,7 @@ class RewardShaping(Component):
 class GroupFilter(Component):
     """Base of ``group_filter:`` components: which prompt groups of the step train (the others become padding)."""
 
-    reads = frozenset({"rewards", "group_ids"})
+    reads: ClassVar[frozenset[str]] = frozenset({"rewards", "group_ids"})
 
     def judges_shaped_rewards(self) -> bool:
         """Whether the filter sees the rewards after ``reward_shaping`` (else as the trainer passed them)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -85,7 +85,7 @@ class DynamicSampling(GroupFilter):
     on: Literal["rewards", "shaped_rewards"] = "rewards"
     """Which rewards must differ within a group for it to train."""
 
-    reads = frozenset({"rewards", "group_ids"})
+    reads: ClassVar[frozenset[str]] = frozenset({"rewards", "group_ids"})
 
     def judges_shaped_rewards(self) -> bool:
         return self.on == "shaped_rewards"

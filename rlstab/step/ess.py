@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -71,7 +71,7 @@ class ESSLearningRateScale(LearningRateScale):
     base_ratio: float = Field(1.0, gt=0.0, le=1.0)
     """rho: the ESS fraction at and above which the learning rate is not reduced."""
 
-    reads = frozenset({"rollout_logprobs"})
+    reads: ClassVar[frozenset[str]] = frozenset({"rollout_logprobs"})
 
     def log_weights(self, t) -> torch.Tensor:
         """``[B]`` log sequence weights of one micro-batch's responses with valid tokens."""

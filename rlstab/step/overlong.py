@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -45,7 +45,7 @@ class OverlongPenalty(RewardShaping):
     penalty_factor: float = Field(1.0, ge=0.0, allow_inf_nan=False)
     """c: the penalty at L_max."""
 
-    reads = frozenset({"rewards"})
+    reads: ClassVar[frozenset[str]] = frozenset({"rewards"})
 
     @model_validator(mode="after")
     def _buffer_inside_budget(self):
