@@ -8,7 +8,7 @@ lazily, the first time an objective is validated or its schema is asked for. A c
 picks among registered kinds: nothing it says is imported or executed.
 """
 
-from rlstab.registry.families import FAMILIES, Family, family, family_of
+from rlstab.registry.families import FAMILIES, Family, family_of
 from rlstab.registry.store import (
     PluginWarning,
     Registration,
@@ -28,7 +28,6 @@ __all__ = [
     "RegistryError",
     "ensure_loaded",
     "isolated",
-    "family",
     "family_of",
     "problems",
     "register",

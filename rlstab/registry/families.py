@@ -44,12 +44,6 @@ class Family:
     def annotation(self) -> Any:
         return Annotated[self.base, self]
 
-    def kinds(self) -> tuple[str, ...]:
-        """The registered kinds, sorted (plugins loaded first)."""
-        from rlstab.registry.store import registrations
-
-        return tuple(sorted(r.kind for r in registrations(self.name)))
-
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
         from rlstab.registry.store import ensure_loaded, registrations
 
@@ -108,10 +102,6 @@ FAMILIES: dict[str, Family] = {
         Family("rollout", Rollout, "trainer"),
     )
 }
-
-
-def family(name: str) -> Family:
-    return FAMILIES[name]
 
 
 def family_of(cls: type) -> Family | None:
