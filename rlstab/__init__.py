@@ -9,17 +9,11 @@ regularisers) in YAML, validate them before a cluster starts, and run them as on
     out.loss.backward(); print(out.metrics)
 """
 
-import warnings
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _metadata_version
-
-with warnings.catch_warnings():
-    # torch warns at import when NumPy is absent; rlstab never uses NumPy, so keep the CLI's output clean.
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    import torch  # noqa: F401
+from typing import TYPE_CHECKING
 
 from rlstab.batch import BatchError, LossOutput, TokenBatch
-from rlstab.compiled import CompiledObjective, StepStats
 from rlstab.errors import ConfigError, StateError
 from rlstab.loading import load
 from rlstab.objective import Objective
@@ -30,6 +24,24 @@ try:  # the installed distribution's version: one number, in pyproject.toml
     __version__ = _metadata_version("rlstab")
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
+
+if TYPE_CHECKING:
+    from rlstab.compiled import CompiledObjective, StepStats
+
+
+def __getattr__(name: str):
+    # rlstab.compiled subclasses torch.autograd.Function, so importing it imports torch: not on the
+    # path of validating an objective (rlstab._torch says why), only when the compiled loss is wanted.
+    if name in ("CompiledObjective", "StepStats"):
+        from rlstab import compiled
+
+        return getattr(compiled, name)
+    raise AttributeError(f"module 'rlstab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "CompiledObjective", "StepStats"})
+
 
 __all__ = [
     "BatchError",

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.components import Component
 
 Count = Literal["kept", "valid"]

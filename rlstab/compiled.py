@@ -29,13 +29,13 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.advantages import Given
 from rlstab.aggregation import StepCounts
 from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.comm import Comm
 from rlstab.errors import StateError
+from rlstab.explain import per_micro_batch
 from rlstab.non_finite import (
     extremes,
     finite,
@@ -196,9 +196,7 @@ class CompiledObjective:
     def per_micro_batch(self) -> list[str]:
         """Components that compute their statistics within each micro-batch (``selection: micro_batch``), as
         their papers' code does, instead of over the whole step: their results depend on the micro-batch split."""
-        components = [(f"masks[{i}] ({m.kind})", m) for i, m in enumerate(self.masks)]
-        components += self._hooked
-        return [label for label, c in components if getattr(c, "selection", None) == "micro_batch"]
+        return per_micro_batch(self.objective)
 
     def readers(self, field: str) -> list[str]:
         """The components that read ``TokenBatch.<field>`` (``["masks[0] (s2t)"]``), so adapters can say who needs what."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from rlstab._torch import torch
 from rlstab.errors import StateError, short
 
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.batch import SEQUENCE_FIELDS, TOKEN_FIELDS, TokenBatch
 from rlstab.comm import Comm
 

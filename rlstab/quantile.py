@@ -39,8 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.comm import Comm
 
 INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.batch import TokenBatch
 
 

@@ -8,8 +8,7 @@ micro-batch's kept share (exact when the share is the same across micro-batches)
 
 from __future__ import annotations
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.aggregation import StepCounts
 
 

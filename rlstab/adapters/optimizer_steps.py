@@ -9,7 +9,7 @@ after each one.
 
 from __future__ import annotations
 
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from rlstab._torch import torch
 
 _steps = 0
 _handle = None
@@ -24,7 +24,7 @@ def steps_taken() -> int:
     """Optimizer steps taken in this process since the hook was installed (installs it on first use)."""
     global _handle
     if _handle is None:
-        _handle = register_optimizer_step_post_hook(_count)
+        _handle = torch.optim.optimizer.register_optimizer_step_post_hook(_count)
     return _steps
 
 

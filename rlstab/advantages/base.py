@@ -20,8 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.components import Component
 
 

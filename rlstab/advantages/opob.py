@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
 from pydantic import Field, model_validator
 
+from rlstab._torch import torch
 from rlstab.advantages.base import AdvantageEstimator, GroupTable, zero_padding_rows
 from rlstab.batch import BatchError
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal
 
-import torch
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult
 from rlstab.clipping.bounded import clip_between
 from rlstab.components import ComponentState, configured

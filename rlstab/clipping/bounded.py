@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import math
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.clipping.base import SurrogateResult, indicator, unclamped
 from rlstab.tokens import Tokens
 

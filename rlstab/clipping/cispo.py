@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult, indicator
 from rlstab.tokens import Tokens
 

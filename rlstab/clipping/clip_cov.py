@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from pydantic import Field, model_validator
 
+from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult
 from rlstab.clipping.bounded import clip_between
 from rlstab.clipping.covariance import token_covariance

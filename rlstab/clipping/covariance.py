@@ -11,8 +11,7 @@ The means run over the valid tokens of one micro-batch, as in the authors' code 
 
 from __future__ import annotations
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.tokens import Tokens
 
 

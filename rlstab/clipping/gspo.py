@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-import torch
 from pydantic import Field, model_validator
 
+from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult, indicator, unclamped
 from rlstab.tokens import Tokens
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult, unclamped
 from rlstab.tokens import Tokens
 
@@ -30,10 +30,11 @@ class SAPO(Surrogate):
 
     **Defaults and their source.** ``tau_pos = 1.0``, ``tau_neg = 1.05``: the paper's values,
     also veRL 0.9.1's (``actor.tau_pos``/``tau_neg``) and TRL 1.16's
-    (``sapo_temperature_pos``/``_neg``). The paper aggregates per response (the ``sapo`` preset
-    uses ``seq-mean-token-mean``; veRL's ``sapo`` loss always does, whatever ``loss_agg_mode``
-    says). $A = 0$ takes $\tau_{neg}$, as in veRL (its loss is 0 either way). $r$ uses the
-    objective's clamped log-ratio (as veRL's ``sapo``), so a clamped token gets no gradient.
+    (``sapo_temperature_pos``/``sapo_temperature_neg``). The paper aggregates per response (the
+    ``sapo`` preset uses ``seq-mean-token-mean``; veRL's ``sapo`` loss always does, whatever
+    ``loss_agg_mode`` says). $A = 0$ takes $\tau_{neg}$, as in veRL (its loss is 0 either way).
+    $r$ uses the objective's clamped log-ratio (as veRL's ``sapo``), so a clamped token gets no
+    gradient.
 
     Metrics: ``sapo/gradient_weight_mean``, the mean over valid tokens of
     $4\sigma(1-\sigma)$ (1 on-policy; how much of the plain policy gradient the gate lets through).

@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective
 from rlstab.demo.policy import Policy, Rollout

@@ -72,8 +72,9 @@ def run(args) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    import torch
+    from rlstab._torch import load
 
+    torch = load()  # NumPy's warning filtered
     threads = torch.get_num_threads()
     wanted = args.threads or (1 if args.model == "tiny" else threads)
     torch.set_num_threads(wanted)

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.demo.policy import Policy, Rollout
 from rlstab.demo.tasks import Problem, Task
 from rlstab.exploration.deep_grpo import PivotExplorer

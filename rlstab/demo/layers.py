@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.demo.tasks import Problem, Task, training_problems
 from rlstab.objective import Objective
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
+from rlstab._torch import torch
 
 
 @dataclass
@@ -64,11 +64,14 @@ class Policy(Protocol):
         """The parameters RL updates (all of them for the tiny model, the top layers for SmolLM2)."""
         ...
 
-    @torch.no_grad()
     def sample(
         self, prompt_ids: list[list[int]], *, max_new_tokens: int, temperature: float, generator: torch.Generator
     ) -> Rollout:
-        """Sample one response per prompt (repeat a prompt G times for a group), deterministically given ``generator``."""
+        """Sample one response per prompt (repeat a prompt G times for a group), deterministically given ``generator``.
+
+        Under ``torch.no_grad()`` (a decorator of each implementation's, not here: importing this
+        module imports no torch).
+        """
         ...
 
     def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,8 +30,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.demo.policy import Rollout, next_token, sampled_logprob
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
+from rlstab._torch import torch
 from rlstab.demo.policy import Rollout, next_token, sampled_logprob
+
+nn = torch.nn  # loads torch: this module is imported by the commands that train, never to validate
+F = torch.nn.functional
 
 
 @dataclass(frozen=True)

@@ -30,17 +30,19 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.batch import TokenBatch
-from rlstab.compiled import CompiledObjective
 from rlstab.demo.branching import concat, sample_branches
 from rlstab.demo.layers import TrainerLayers
 from rlstab.demo.policy import Policy, Rollout
 from rlstab.demo.tasks import Problem, Task
 from rlstab.exploration.deep_grpo import PivotExplorer
 from rlstab.step.ess import effective_sample_size
+
+if TYPE_CHECKING:  # rlstab.compiled imports torch, and `rlstab demo`'s parser reads TrainConfig
+    from rlstab.compiled import CompiledObjective
 
 
 @dataclass(frozen=True)
@@ -121,11 +123,15 @@ def response_texts(policy: Policy, rollout: Rollout) -> list[str]:
     return [policy.codec.decode(ids[mask].tolist()) for ids, mask in zip(rollout.response_ids, rollout.response_mask)]
 
 
-@torch.no_grad()
 def evaluate(policy: Policy, task: Task, problems: Sequence[Problem], batch_size: int = 256) -> float:
     """Greedy exact-match accuracy on ``problems`` (``temperature=0``; no randomness is drawn)."""
     if not problems:
         return float("nan")
+    with torch.no_grad():
+        return _evaluate(policy, task, problems, batch_size)
+
+
+def _evaluate(policy: Policy, task: Task, problems: Sequence[Problem], batch_size: int) -> float:
     correct = 0.0
     generator = torch.Generator().manual_seed(0)  # unused by greedy decoding; the protocol wants one
     for start in range(0, len(problems), batch_size):
@@ -138,9 +144,9 @@ def evaluate(policy: Policy, task: Task, problems: Sequence[Problem], batch_size
     return correct / len(problems)
 
 
-@torch.no_grad()
 def _token_stats_no_grad(policy: Policy, rollout: Rollout, micro_batch_size: int):
-    parts = [policy.token_stats(rows_slice(rollout, rows)) for rows in chunks(range(len(rollout.prompt_ids)), micro_batch_size)]
+    with torch.no_grad():
+        parts = [policy.token_stats(rows_slice(rollout, rows)) for rows in chunks(range(len(rollout.prompt_ids)), micro_batch_size)]
     return torch.cat([p[0] for p in parts]).detach(), torch.cat([p[1] for p in parts]).detach()
 
 

@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.demo.policy import Rollout
 from rlstab.demo.tasks import CharCodec, Task, training_problems
 from rlstab.demo.tiny_model import TinyConfig, TinyPolicy

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.exploration.base import Rollout
 
 

@@ -22,15 +22,15 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.expression.features import FEATURES
 from rlstab.expression.nodes import Arithmetic, Call, Compare, Feature, Logical, Negate, Node, Not, Number
 from rlstab.expression.printer import to_text
 from rlstab.tokens import Tokens
 
-Value = torch.Tensor | float
+Value: TypeAlias = "torch.Tensor | float"
 Compiled = Callable[["Environment"], Value]
 
 
@@ -40,10 +40,23 @@ def _not_equal(left: torch.Tensor, right: Value, out: torch.Tensor) -> torch.Ten
     return out.add_(torch.gt(left, right))  # never both: 0/1
 
 
-_COMPARE = {"<": torch.lt, "<=": torch.le, ">": torch.gt, ">=": torch.ge, "==": torch.eq, "!=": _not_equal}
+class _TorchFunctions(dict):
+    """Name -> torch function, each looked up at its first use: checking an expression imports no torch."""
+
+    def __init__(self, names: dict[str, str]):
+        super().__init__()
+        self.names = names
+
+    def __missing__(self, key: str) -> Callable:
+        fn = self[key] = getattr(torch, self.names[key])
+        return fn
+
+
+_COMPARE = _TorchFunctions({"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq"})
+_COMPARE["!="] = _not_equal
 _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
-_UNARY = {"abs": torch.abs, "log": torch.log, "exp": torch.exp}
+_UNARY = _TorchFunctions({"abs": "abs", "log": "log", "exp": "exp"})
 
 
 class Environment:
@@ -174,9 +187,9 @@ class Compiler:
         if node.name == "quantile":
             return self.quantile(node)
         args = [self.compile(a) for a in node.args]
-        if node.name in _UNARY:
-            fn, (arg,) = _UNARY[node.name], args
-            return lambda env: fn(arg(env))
+        if node.name in _UNARY.names:
+            name, (arg,) = node.name, args
+            return lambda env: _UNARY[name](arg(env))
         pair = _minimum if node.name == "min" else _maximum
 
         def extremum(env):

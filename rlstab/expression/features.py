@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.tokens import Tokens
 
 

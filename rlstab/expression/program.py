@@ -5,8 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.expression.checker import check
 from rlstab.expression.compiler import Compiled, Compiler, Environment, QuantileSpec
 from rlstab.expression.features import FEATURES

@@ -17,11 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 import rlstab
+from rlstab._torch import torch
 from rlstab.errors import one_line
-from rlstab.lab.backends import backend
 from rlstab.lab.checkpoint import SUMMARY_FILE, unreadable, write_json
 from rlstab.lab.regimes import Regime, load_regime
 from rlstab.lab.spec import RunSpec, folder_name, mismatch
@@ -169,6 +167,8 @@ def compare(
     bar = GridProgress(len(p.jobs), len(p.jobs) - len(todo)) if progress else None
     if bar and not todo:
         print(f"[compare] all {len(p.jobs)} runs already finished in {p.out}: nothing to train", file=sys.stderr)
+    from rlstab.lab.backends import backend  # the trainer, and torch: not imported to build `rlstab`'s parser
+
     run = backend(workers or os.cpu_count() or 1, ray_address)
     for (spec, folder), outcome in run(todo, cache_dir=cache_dir, checkpoint_every=checkpoint_every):
         _keep(folder, outcome)

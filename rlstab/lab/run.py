@@ -25,8 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.demo.layers import TrainerLayers
 from rlstab.demo.models import load_policy
 from rlstab.demo.tasks import get_task, held_out_problems

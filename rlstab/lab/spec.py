@@ -13,9 +13,8 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
 import rlstab
+from rlstab._torch import torch
 from rlstab.lab.regimes import Regime
 
 SPEC_FILE = "spec.json"

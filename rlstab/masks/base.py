@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.components import Component
 from rlstab.tokens import Tokens
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.masks.base import Mask, at_least, below
 from rlstab.masks.s2t import Interpolation
 from rlstab.tokens import Tokens

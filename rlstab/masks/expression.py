@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from rlstab._torch import torch
 from rlstab.expression import ExpressionError, Program, compile_expression
 from rlstab.masks.base import Mask
 from rlstab.masks.s2t import Interpolation

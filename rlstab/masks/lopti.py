@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.masks.base import Mask, at_least, below
 from rlstab.tokens import Tokens
 

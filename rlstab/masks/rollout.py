@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-import torch
 from pydantic import Field, model_validator
 
+from rlstab._torch import torch
 from rlstab.masks.base import Mask
 from rlstab.tokens import Tokens
 

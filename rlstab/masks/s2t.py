@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.masks.base import Mask, at_least, below, positive
 from rlstab.quantile import INTERPOLATIONS
 from rlstab.tokens import Tokens

@@ -23,6 +23,7 @@ from importlib.metadata import entry_points
 
 from pydantic import BaseModel
 
+from rlstab._torch import no_numpy_warning
 from rlstab.components import Component
 from rlstab.errors import ConfigError
 from rlstab.registry.families import FAMILIES, family_of
@@ -176,7 +177,8 @@ def _load(ep, dist: str, version: str) -> None:
     where = f"{dist} {version}"
     origin = f"{where} (entry point {ep.name} = {ep.value})"
     try:
-        cls = ep.load()
+        with no_numpy_warning():  # a plugin may import torch
+            cls = ep.load()
     except Exception as err:  # noqa: BLE001 - any failure of a plugin's import is reported, not raised
         _refuse(ep.name, f"plugin {ep.name!r} of {where} failed to import {ep.value}: {type(err).__name__}: {err}")
         return

@@ -8,9 +8,9 @@ inputs other than the log-probabilities).
 
 from __future__ import annotations
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.batch import TokenBatch
 from rlstab.components import Component
 from rlstab.tokens import Tokens

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.components import Component, StepHook
 from rlstab.tokens import Tokens
 

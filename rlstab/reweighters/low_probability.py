@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.reweighters.base import Reweighter
 
 

@@ -8,9 +8,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.components import Component
 from rlstab.sampling.base import Sampler
 

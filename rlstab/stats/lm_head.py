@@ -8,10 +8,10 @@ the hidden states and the LM head, a tile of logits at a time: blocks of ``chunk
 (``CHUNK_ROWS``) times tiles of ``VOCAB_TILE`` vocabulary entries, 4 MiB of float32 by default.
 
 - Forward, per block: for each vocabulary tile, one matmul ``z = (h_b / T) W_t^T`` (in bits:
-  ``log2(e)`` is folded into ``h_b``, so that the exponentials are ``exp2``, see ``_chunk``),
-  then a few passes over the tile (in cache) fold it into running per-token sums (an online
-  softmax, see ``_forward``); the label's logit is picked from the tile that holds it. Only the
-  log-sum-exp and the entropy of each token are kept for backward.
+  ``log2(e)`` is folded into ``h_b``, so that the exponentials are ``exp2``), then a few passes
+  over the tile (in cache) fold it into running per-token sums (an online softmax); the label's
+  logit is picked from the tile that holds it. Only the log-sum-exp and the entropy of each token
+  are kept for backward.
 - Backward, per block and tile: the tile's logits are recomputed (one matmul) and turned in place
   into the gradient with respect to them, ``G = g (onehot - p)`` (plus the entropy's term when it
   carries a gradient); then ``grad_h_b += G W_t`` and ``grad_W_t += G^T h_b`` (two matmuls),
@@ -39,8 +39,7 @@ frozen-head case. Half-precision weights are converted to float32 a tile at a ti
 
 from __future__ import annotations
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.stats._chunk import LN2, LOG2E, backward_chunk
 
 CHUNK_ROWS = 1024

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.step.base import GroupFilter
 
 

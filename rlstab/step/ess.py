@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-import torch
 from pydantic import Field
 
+from rlstab._torch import torch
 from rlstab.step.base import LearningRateScale
 
 

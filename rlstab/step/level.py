@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.batch import BatchError, TokenBatch
 from rlstab.comm import Comm
 from rlstab.tokens import Tokens

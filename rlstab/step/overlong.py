@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-import torch
 from pydantic import Field, model_validator
 
+from rlstab._torch import torch
 from rlstab.step.base import RewardShaping
 
 

@@ -28,8 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.batch import TokenBatch
 
 # What the kit knows how to draw, and what every loss needs whatever its components declare.

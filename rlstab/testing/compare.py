@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any
 
-import torch
+from rlstab._torch import torch
 
 RTOL, ATOL = 1e-5, 1e-6
 

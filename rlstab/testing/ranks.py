@@ -30,9 +30,8 @@ import time
 import traceback
 from datetime import timedelta
 
-import torch
-
 import rlstab
+from rlstab._torch import torch
 from rlstab.registry import family_of, registrations
 from rlstab.testing.batches import leaves, make_batch, take
 from rlstab.testing.compare import assert_close, assert_grads_close, assert_same, step_metrics, summary
@@ -115,7 +114,7 @@ def rebuild(case: dict):
 
 def run_rank(rank: int, world: int, port: int, cases: list[dict], queue) -> None:
     """One gloo rank: every case in turn; each result (or traceback) goes to ``queue``, pickled."""
-    import torch.distributed as dist
+    from rlstab._torch import distributed as dist
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -134,7 +133,7 @@ def run_rank(rank: int, world: int, port: int, cases: list[dict], queue) -> None
 
 
 def _rank_case(rank: int, world: int, case: dict) -> dict:
-    import torch.distributed as dist
+    from rlstab._torch import distributed as dist
 
     objective = rebuild(case)
     loss_fn = objective.compile()
@@ -165,8 +164,7 @@ def _rank_case(rank: int, world: int, case: dict) -> dict:
 
 def _spawn(cases: list[dict]) -> list[dict[int, object]]:
     """Run ``cases`` on two spawned gloo ranks: per case, ``{rank: result dict, or an error message}``."""
-    import torch.multiprocessing as mp
-
+    mp = torch.multiprocessing
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()

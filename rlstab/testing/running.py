@@ -6,8 +6,7 @@ zeros where the loss does not depend on the field.
 
 from __future__ import annotations
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.batch import LossOutput, TokenBatch
 from rlstab.testing.batches import leaves, take
 

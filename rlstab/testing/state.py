@@ -27,8 +27,7 @@ import copy
 import io
 import json
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.components import ComponentState
 from rlstab.errors import StateError
 from rlstab.registry import FAMILIES

@@ -34,8 +34,7 @@ import functools
 import inspect
 from contextvars import ContextVar
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.stats import token_stats_from_logits
 
 ENTROPY_ATTRIBUTE = "_rlstab_entropy"

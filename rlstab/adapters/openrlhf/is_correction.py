@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from rlstab._torch import torch
 
 
 @dataclass(frozen=True)

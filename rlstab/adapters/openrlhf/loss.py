@@ -17,8 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.adapters.global_counts import number, with_global_counts
 from rlstab.adapters.openrlhf.entropy import entropy_of
 from rlstab.adapters.openrlhf.is_correction import ISCorrection

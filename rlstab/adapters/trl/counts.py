@@ -31,8 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.aggregation import StepCounts
 from rlstab.batch import TokenBatch
 from rlstab.comm import Comm

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.batch import TokenBatch
 
 # The keyword inputs TRL's _compute_loss forwards to _get_per_token_logps_and_entropies (multimodal models).

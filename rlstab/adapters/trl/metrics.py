@@ -17,8 +17,7 @@ every configured logger. So metrics appended here appear there, like TRL's own:
 
 from __future__ import annotations
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.batch import LossOutput, TokenBatch
 from rlstab.clipping import PPOClip
 from rlstab.objective import Objective

@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
+from rlstab._torch import torch
 from rlstab.adapters.trl.compat import check_version
 from rlstab.adapters.trl.config import build_objective, check_config
 from rlstab.adapters.trl.counts import TrlScale, step_stats, trl_scale

@@ -23,8 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.adapters.verl.config import RlstabPolicyLossConfig
 from rlstab.stats import token_stats_from_logits
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
-
+from rlstab._torch import torch
 from rlstab.adapters.global_counts import number, with_global_counts
 from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig
 from rlstab.adapters.verl.model_output import current_dp_group, current_entropy

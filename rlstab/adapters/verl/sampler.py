@@ -76,11 +76,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
+from rlstab._torch import torch
 from rlstab.adapters.verl.config import CONFIG_PATH, build_objective
 from rlstab.errors import ConfigError
 from rlstab.loading import load
