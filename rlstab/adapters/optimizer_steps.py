@@ -9,8 +9,6 @@ after each one.
 
 from __future__ import annotations
 
-from rlstab._torch import torch
-
 _steps = 0
 _handle = None
 
@@ -24,7 +22,10 @@ def steps_taken() -> int:
     """Optimizer steps taken in this process since the hook was installed (installs it on first use)."""
     global _handle
     if _handle is None:
-        _handle = torch.optim.optimizer.register_optimizer_step_post_hook(_count)
+        # A submodule torch.optim does not expose as an attribute: imported by name, here, at first use.
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _handle = register_optimizer_step_post_hook(_count)
     return _steps
 
 
