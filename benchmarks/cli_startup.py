@@ -5,12 +5,11 @@ fresh Python process, alternated with a fresh ``python -c "import torch"`` in th
 ``--repeats`` times; the table gives the medians of the wall times (interpreter start included,
 as a user sees it) and their ratios to ``import torch``, with whether the command imported torch.
 
-An installed plugin that imports torch at import (the example rlstab-vespo does) makes every
-command that loads the registry import it too; ``--only-rlstab`` loads only rlstab's own
-``rlstab.components`` entry points, as an install of rlstab alone.
+Every installed plugin is loaded, as the commands load them: a plugin that imports torch at its
+top (rather than from ``rlstab.lazy``) makes every command import it, and the table says so.
 
     python benchmarks/cli_startup.py                 # 7 repeats
-    python benchmarks/cli_startup.py --repeats 15 --only-rlstab
+    python benchmarks/cli_startup.py --repeats 15
 """
 
 from __future__ import annotations
@@ -23,12 +22,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-ONLY_RLSTAB = """
-from importlib import metadata
-_all = metadata.entry_points
-metadata.entry_points = lambda **kw: [ep for ep in _all(**kw) if ep.dist is None or ep.dist.metadata["Name"] == "rlstab"]
-"""
 
 # `rlstab ARGS`, as the console script runs it; the last line on stderr says whether torch was imported.
 DRIVER = """
@@ -57,9 +50,7 @@ def timed(argv: list[str]) -> tuple[float, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--only-rlstab", action="store_true", help="load only rlstab's own component entry points")
     args = parser.parse_args()
-    driver = (ONLY_RLSTAB if args.only_rlstab else "") + DRIVER
     baseline = [sys.executable, "-c", "import torch"]
     times: dict[str, list[float]] = {"import torch": [], **{name: [] for name in COMMANDS}}
     imported: dict[str, str] = {"import torch": "yes"}
@@ -67,12 +58,12 @@ def main() -> None:
     for i in range(args.repeats):
         for name, command in COMMANDS.items():
             times["import torch"].append(timed(baseline)[0])
-            seconds, err = timed([sys.executable, "-c", driver, *command])
+            seconds, err = timed([sys.executable, "-c", DRIVER, *command])
             times[name].append(seconds)
             imported[name] = "yes" if err.strip().splitlines()[-1] == "True" else "no"
         print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr)
     base = statistics.median(times["import torch"])
-    print(f"median of {args.repeats} repeats{', only rlstab entry points' if args.only_rlstab else ''}\n")
+    print(f"median of {args.repeats} repeats\n")
     print("| command | median s | ratio to import torch | imports torch |")
     print("|---|---|---|---|")
     for name, values in times.items():

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str):
     # rlstab.compiled subclasses torch.autograd.Function, so importing it imports torch: not on the
-    # path of validating an objective (rlstab._torch says why), only when the compiled loss is wanted.
+    # path of validating an objective (rlstab.lazy says why), only when the compiled loss is wanted.
     if name in ("CompiledObjective", "StepStats"):
         from rlstab import compiled
 

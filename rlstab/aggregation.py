@@ -17,8 +17,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
 from rlstab.components import Component
+from rlstab.lazy import torch
 
 Count = Literal["kept", "valid"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 
 # Fields laid out per token, [B, T].
 TOKEN_FIELDS = ("logprobs", "old_logprobs", "entropy", "rollout_logprobs", "ref_logprobs")

@@ -6,8 +6,8 @@ initialised, so a threshold or denominator never depends on how many GPUs a run 
 
 from __future__ import annotations
 
-from rlstab._torch import distributed as dist
-from rlstab._torch import torch
+from rlstab.lazy import distributed as dist
+from rlstab.lazy import torch
 
 
 class Comm:

@@ -29,13 +29,13 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rlstab._torch import torch
 from rlstab.advantages import Given
 from rlstab.aggregation import StepCounts
 from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.comm import Comm
 from rlstab.errors import StateError
 from rlstab.explain import per_micro_batch
+from rlstab.lazy import torch
 from rlstab.non_finite import (
     extremes,
     finite,

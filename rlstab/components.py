@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from rlstab._torch import torch
 from rlstab.errors import StateError, short
+from rlstab.lazy import torch
 
 
 class Component(BaseModel):

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rlstab._torch import torch
 from rlstab.batch import SEQUENCE_FIELDS, TOKEN_FIELDS, TokenBatch
 from rlstab.comm import Comm
+from rlstab.lazy import torch
 
 # Every field that can be checked, in a fixed order (a reduction over ranks needs one).
 _FIELDS = TOKEN_FIELDS + ("advantages", "is_weights") + SEQUENCE_FIELDS

@@ -39,8 +39,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from rlstab._torch import torch
 from rlstab.comm import Comm
+from rlstab.lazy import torch
 
 INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
 MODES = ("exact", "histogram")

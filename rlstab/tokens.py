@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlstab._torch import torch
 from rlstab.batch import TokenBatch
+from rlstab.lazy import torch
 
 
 def f32(t: torch.Tensor | None) -> torch.Tensor | None:

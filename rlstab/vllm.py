@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 
 
 def _completions(outputs: Iterable[Any]) -> list[Any]:

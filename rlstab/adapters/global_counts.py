@@ -8,8 +8,8 @@ micro-batch's kept share (exact when the share is the same across micro-batches)
 
 from __future__ import annotations
 
-from rlstab._torch import torch
 from rlstab.aggregation import StepCounts
+from rlstab.lazy import torch
 
 
 def number(value) -> float | None:

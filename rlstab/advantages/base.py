@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlstab._torch import torch
 from rlstab.components import Component
+from rlstab.lazy import torch
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rlstab._torch import torch
 from rlstab.advantages.base import AdvantageEstimator, GroupTable, zero_padding_rows
 from rlstab.batch import BatchError
+from rlstab.lazy import torch
 
 # log W is clamped here before exp in float64 (exp(700) ~ 1e304), so no weight is infinite.
 _MAX_LOG_WEIGHT = 700.0

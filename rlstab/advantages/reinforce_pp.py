@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
 from rlstab.advantages.base import AdvantageEstimator, GroupTable, zero_padding_rows
+from rlstab.lazy import torch
 
 
 class ReinforcePP(AdvantageEstimator):

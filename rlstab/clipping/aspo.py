@@ -6,9 +6,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult, indicator, unclamped
 from rlstab.components import Component
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

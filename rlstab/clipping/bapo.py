@@ -7,10 +7,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult
 from rlstab.clipping.bounded import clip_between
 from rlstab.components import ComponentState, configured
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

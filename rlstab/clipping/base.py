@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlstab._torch import torch
 from rlstab.components import Component, StepHook
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

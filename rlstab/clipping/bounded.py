@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from rlstab._torch import torch
 from rlstab.clipping.base import SurrogateResult, indicator, unclamped
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

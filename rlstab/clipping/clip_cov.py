@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult
 from rlstab.clipping.bounded import clip_between
 from rlstab.clipping.covariance import token_covariance
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

@@ -11,7 +11,7 @@ The means run over the valid tokens of one micro-batch, as in the authors' code 
 
 from __future__ import annotations
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

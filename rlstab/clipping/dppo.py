@@ -6,8 +6,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult, indicator
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

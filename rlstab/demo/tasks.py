@@ -24,7 +24,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Protocol
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 
 # Every character any task writes. One shared alphabet keeps the codec (and so a warm-started
 # model's vocabulary) the same for every task.

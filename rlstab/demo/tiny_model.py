@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from rlstab._torch import torch
 from rlstab.demo.policy import Rollout, next_token, sampled_logprob
+from rlstab.lazy import torch
 
 nn = torch.nn  # loads torch: this module is imported by the commands that train, never to validate
 F = torch.nn.functional

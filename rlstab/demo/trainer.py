@@ -32,13 +32,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rlstab._torch import torch
 from rlstab.batch import TokenBatch
 from rlstab.demo.branching import concat, sample_branches
 from rlstab.demo.layers import TrainerLayers
 from rlstab.demo.policy import Policy, Rollout
 from rlstab.demo.tasks import Problem, Task
 from rlstab.exploration.deep_grpo import PivotExplorer
+from rlstab.lazy import torch
 from rlstab.step.ess import effective_sample_size
 
 if TYPE_CHECKING:  # rlstab.compiled imports torch, and `rlstab demo`'s parser reads TrainConfig

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
 from rlstab.exploration.base import Rollout
+from rlstab.lazy import torch
 
 
 def segment_ends(token_texts: Sequence[str], segmentation: str = "sentence", tokens_per_segment: int = 50) -> list[int]:

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from rlstab._torch import torch
 from rlstab.expression.features import FEATURES
 from rlstab.expression.nodes import Arithmetic, Call, Compare, Feature, Logical, Negate, Node, Not, Number
 from rlstab.expression.printer import to_text
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 Value: TypeAlias = "torch.Tensor | float"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from rlstab._torch import torch
 from rlstab.expression.checker import check
 from rlstab.expression.compiler import Compiled, Compiler, Environment, QuantileSpec
 from rlstab.expression.features import FEATURES
 from rlstab.expression.nodes import Node
 from rlstab.expression.parser import parse
 from rlstab.expression.printer import to_text
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"

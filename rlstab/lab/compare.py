@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import rlstab
-from rlstab._torch import torch
 from rlstab.errors import one_line
 from rlstab.lab.checkpoint import SUMMARY_FILE, unreadable, write_json
 from rlstab.lab.regimes import Regime, load_regime
 from rlstab.lab.spec import RunSpec, folder_name, mismatch
 from rlstab.lab.statistics import mean_interval, paired_difference
+from rlstab.lazy import torch
 from rlstab.loading import load
 
 RESULTS_FILE = "results.json"

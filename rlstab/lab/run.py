@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rlstab._torch import torch
 from rlstab.demo.layers import TrainerLayers
 from rlstab.demo.models import load_policy
 from rlstab.demo.tasks import get_task, held_out_problems
@@ -41,6 +40,7 @@ from rlstab.lab.checkpoint import (
 )
 from rlstab.lab.spec import RunSpec, write_spec
 from rlstab.lab.summary import run_summary
+from rlstab.lazy import torch
 from rlstab.loading import load
 
 CHECKPOINT_EVERY = 10

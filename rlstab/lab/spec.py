@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import rlstab
-from rlstab._torch import torch
 from rlstab.lab.regimes import Regime
+from rlstab.lazy import torch
 
 SPEC_FILE = "spec.json"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rlstab._torch import torch
 from rlstab.components import Component
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

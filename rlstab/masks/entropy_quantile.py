@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.masks.base import Mask, at_least, below
 from rlstab.masks.s2t import Interpolation
 from rlstab.tokens import Tokens

@@ -7,8 +7,8 @@ from typing import Literal
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from rlstab._torch import torch
 from rlstab.expression import ExpressionError, Program, compile_expression
+from rlstab.lazy import torch
 from rlstab.masks.base import Mask
 from rlstab.masks.s2t import Interpolation
 from rlstab.tokens import Tokens

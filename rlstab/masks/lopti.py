@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.masks.base import Mask, at_least, below
 from rlstab.tokens import Tokens
 

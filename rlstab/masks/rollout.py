@@ -26,7 +26,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.masks.base import Mask
 from rlstab.tokens import Tokens
 

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.masks.base import Mask, at_least, below, positive
 from rlstab.quantile import INTERPOLATIONS
 from rlstab.tokens import Tokens

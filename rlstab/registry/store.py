@@ -23,9 +23,9 @@ from importlib.metadata import entry_points
 
 from pydantic import BaseModel
 
-from rlstab._torch import no_numpy_warning
 from rlstab.components import Component
 from rlstab.errors import ConfigError
+from rlstab.lazy import no_numpy_warning
 from rlstab.registry.families import FAMILIES, family_of
 
 GROUP = "rlstab.components"

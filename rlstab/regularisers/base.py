@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from rlstab._torch import torch
 from rlstab.batch import TokenBatch
 from rlstab.components import Component
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

@@ -7,8 +7,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from rlstab._torch import torch
 from rlstab.components import ComponentState, configured
+from rlstab.lazy import torch
 from rlstab.reweighters.base import Reweighter
 from rlstab.tokens import Tokens
 

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.reweighters.base import Reweighter
 
 

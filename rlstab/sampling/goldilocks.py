@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from rlstab._torch import torch
 from rlstab.components import Component
+from rlstab.lazy import torch
 from rlstab.sampling.base import Sampler
 
 

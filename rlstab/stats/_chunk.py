@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)

@@ -11,7 +11,7 @@ writes the gradient chunk by chunk straight into the one ``[..., V]`` tensor aut
 
 from __future__ import annotations
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.stats._chunk import LOG2E, backward_chunk, forward_chunk
 from rlstab.stats.lm_head import _compute_dtype
 

@@ -39,7 +39,7 @@ frozen-head case. Half-precision weights are converted to float32 a tile at a ti
 
 from __future__ import annotations
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.stats._chunk import LN2, LOG2E, backward_chunk
 
 CHUNK_ROWS = 1024

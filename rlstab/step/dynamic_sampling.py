@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.step.base import GroupFilter
 
 

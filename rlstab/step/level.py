@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlstab._torch import torch
 from rlstab.batch import BatchError, TokenBatch
 from rlstab.comm import Comm
+from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from rlstab._torch import torch
 from rlstab.batch import TokenBatch
+from rlstab.lazy import torch
 
 # What the kit knows how to draw, and what every loss needs whatever its components declare.
 DRAWN = (

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 
 RTOL, ATOL = 1e-5, 1e-6
 

@@ -14,8 +14,8 @@ checks before the components see it; finite padding (1e38) reaches them as it is
 
 from __future__ import annotations
 
-from rlstab._torch import torch
 from rlstab.batch import TokenBatch
+from rlstab.lazy import torch
 from rlstab.testing.batches import DIFFERENTIABLE, advantage_modes, leaves, make_batch, take, tensors
 from rlstab.testing.compare import assert_close, assert_grads_close
 from rlstab.testing.hosting import family_name, host_objective

@@ -31,7 +31,7 @@ import traceback
 from datetime import timedelta
 
 import rlstab
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.registry import family_of, registrations
 from rlstab.testing.batches import leaves, make_batch, take
 from rlstab.testing.compare import assert_close, assert_grads_close, assert_same, step_metrics, summary
@@ -114,7 +114,7 @@ def rebuild(case: dict):
 
 def run_rank(rank: int, world: int, port: int, cases: list[dict], queue) -> None:
     """One gloo rank: every case in turn; each result (or traceback) goes to ``queue``, pickled."""
-    from rlstab._torch import distributed as dist
+    from rlstab.lazy import distributed as dist
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -133,7 +133,7 @@ def run_rank(rank: int, world: int, port: int, cases: list[dict], queue) -> None
 
 
 def _rank_case(rank: int, world: int, case: dict) -> dict:
-    from rlstab._torch import distributed as dist
+    from rlstab.lazy import distributed as dist
 
     objective = rebuild(case)
     loss_fn = objective.compile()

@@ -6,8 +6,8 @@ zeros where the loss does not depend on the field.
 
 from __future__ import annotations
 
-from rlstab._torch import torch
 from rlstab.batch import LossOutput, TokenBatch
+from rlstab.lazy import torch
 from rlstab.testing.batches import leaves, take
 
 

@@ -27,9 +27,9 @@ import copy
 import io
 import json
 
-from rlstab._torch import torch
 from rlstab.components import ComponentState
 from rlstab.errors import StateError
+from rlstab.lazy import torch
 from rlstab.registry import FAMILIES
 from rlstab.testing.batches import leaves, make_batch, take
 from rlstab.testing.compare import assert_same, differences, plain

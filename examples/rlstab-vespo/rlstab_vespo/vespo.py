@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-import torch
 from pydantic import Field, model_validator
 from rlstab.clipping import Surrogate, SurrogateResult
+from rlstab.lazy import torch  # imported at its first use: validating an objective needs no torch
 from rlstab.tokens import Tokens
 
 LOG_W_MIN = math.log(1e-8)

@@ -34,7 +34,7 @@ import functools
 import inspect
 from contextvars import ContextVar
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 from rlstab.stats import token_stats_from_logits
 
 ENTROPY_ATTRIBUTE = "_rlstab_entropy"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from rlstab._torch import torch
 from rlstab.adapters.global_counts import number, with_global_counts
 from rlstab.adapters.openrlhf.entropy import entropy_of
 from rlstab.adapters.openrlhf.is_correction import ISCorrection
@@ -28,6 +27,7 @@ from rlstab.aggregation import TokenMean
 from rlstab.batch import TokenBatch
 from rlstab.clipping import GSPO, PPOClip
 from rlstab.compiled import CompiledObjective, StepStats
+from rlstab.lazy import torch
 from rlstab.objective import Objective
 
 _log = logging.getLogger(__name__)

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rlstab._torch import torch
 from rlstab.aggregation import StepCounts
 from rlstab.batch import TokenBatch
 from rlstab.comm import Comm
 from rlstab.compiled import CompiledObjective, StepStats
+from rlstab.lazy import torch
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlstab._torch import torch
 from rlstab.batch import TokenBatch
+from rlstab.lazy import torch
 
 # The keyword inputs TRL's _compute_loss forwards to _get_per_token_logps_and_entropies (multimodal models).
 FORWARD_KEYS = (

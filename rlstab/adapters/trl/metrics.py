@@ -17,9 +17,9 @@ every configured logger. So metrics appended here appear there, like TRL's own:
 
 from __future__ import annotations
 
-from rlstab._torch import torch
 from rlstab.batch import LossOutput, TokenBatch
 from rlstab.clipping import PPOClip
+from rlstab.lazy import torch
 from rlstab.objective import Objective
 from rlstab.regularisers import KLPenalty
 

@@ -20,7 +20,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from rlstab._torch import torch
 from rlstab.adapters.trl.compat import check_version
 from rlstab.adapters.trl.config import build_objective, check_config
 from rlstab.adapters.trl.counts import TrlScale, step_stats, trl_scale
@@ -28,6 +27,7 @@ from rlstab.adapters.trl.inputs import forward_kwargs, token_batch
 from rlstab.adapters.trl.metrics import log_metrics
 from rlstab.adapters.trl.window import window_stats
 from rlstab.compiled import CompiledObjective, StepStats
+from rlstab.lazy import torch
 from rlstab.objective import Objective
 from rlstab.regularisers import EntropyBonus
 

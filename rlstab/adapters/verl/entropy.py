@@ -23,8 +23,8 @@ from __future__ import annotations
 import functools
 import logging
 
-from rlstab._torch import torch
 from rlstab.adapters.verl.config import RlstabPolicyLossConfig
+from rlstab.lazy import torch
 from rlstab.stats import token_stats_from_logits
 
 _log = logging.getLogger(__name__)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rlstab._torch import torch
 from rlstab.adapters.global_counts import number, with_global_counts
 from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig
 from rlstab.adapters.verl.model_output import current_dp_group, current_entropy
 from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective, StepStats
+from rlstab.lazy import torch
 
 
 def rlstab_policy_loss(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from contextvars import ContextVar
 
-from rlstab._torch import torch
+from rlstab.lazy import torch
 
 _CURRENT: ContextVar[tuple | None] = ContextVar("rlstab_verl_model_output", default=None)
 

@@ -80,9 +80,9 @@ from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from rlstab._torch import torch
 from rlstab.adapters.verl.config import CONFIG_PATH, build_objective
 from rlstab.errors import ConfigError
+from rlstab.lazy import torch
 from rlstab.loading import load
 from rlstab.presets import closest_presets, preset_names
 from rlstab.sampling import Sampler

@@ -1,4 +1,4 @@
-"""torch, imported at its first use: ``from rlstab._torch import torch`` (and ``distributed``).
+"""torch, imported at its first use: ``from rlstab.lazy import torch`` (and ``distributed``).
 
 Validating, explaining and listing objectives (``rlstab validate`` in a pre-commit hook or an
 editor) needs pydantic, not tensors, and importing torch takes longer than all the rest. So the
@@ -8,6 +8,9 @@ modules in its place: in the globals of every loaded module that holds a stand-i
 later importers. A loss thus calls torch itself on every micro-batch, never through the stand-in.
 Code that uses torch when its module is imported (a ``torch.autograd.Function`` subclass, a
 ``@torch.no_grad()`` decorator) loads torch then, and must stay off the validation path.
+
+Plugins use it too: the registry imports every installed plugin's module to validate an objective,
+so a plugin that imports torch at its top makes every validation pay for torch.
 """
 
 from __future__ import annotations
