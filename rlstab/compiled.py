@@ -126,6 +126,8 @@ class CompiledObjective:
         self._hooked.append((f"surrogate ({objective.surrogate.kind})", objective.surrogate))
         self._states = {label: c.initial_state() for label, c in self._hooked}
         self._step_start_states = dict(self._states)  # before the current step's update (for update_state=False)
+        # Step values of training-batch-cadence components, frozen by begin_training_batch for the batch's steps.
+        self._batch_values: dict[str, object] = {}
         # Who gathered a StepStats: a string compared on every call with step= (it costs nothing).
         self.fingerprint = objective.fingerprint()
         self._name = objective.name or "custom"
@@ -186,6 +188,7 @@ class CompiledObjective:
         for label, value in loaded.items():
             self._states[label] = value
             self._step_start_states[label] = copy.deepcopy(value)
+        self._batch_values = {}  # a training batch begun before the restore is not the restored run's
 
     def _commit(self, pending: dict) -> None:
         """Apply the state updates of a step that succeeded (``_begin_step``'s pending updates)."""
@@ -299,6 +302,35 @@ class CompiledObjective:
         self._commit(pending)
         return stats
 
+    def begin_training_batch(self, batches: Iterable[TokenBatch], *, group=None, distributed: bool | None = None) -> None:
+        """Advance the components whose state moves once per training batch, from the whole batch.
+
+        A training batch is what a trainer splits into optimizer steps (veRL's and OpenRLHF's
+        rollout batch: its mini-batches, over its epochs). ``batches``: all of it on this rank
+        (every rank calls this collectively, as ``gather``), with the log-probabilities and
+        entropy the components read from before the first update (the old policy's pass).
+        Components with ``state_cadence() == "training_batch"`` (STARE's gate and controller by
+        default) take one step from the sums over every batch and rank, and each later
+        ``gather`` until the next call reuses that step value instead of moving them again.
+        Other components are untouched. Without this call every gather is its own training batch.
+        """
+        batched = [(label, c) for label, c in self._hooked if c.state_cadence() == "training_batch"]
+        if not batched:
+            return
+        batches = list(batches)
+        comm = Comm(group, distributed)
+        if not batches and comm.distributed:
+            raise BatchError("begin_training_batch([]) under torch.distributed: pass one empty micro-batch instead")
+        tokens = [self._tokens(b) for b in batches]
+        values, states = {}, {}
+        for label, component in batched:
+            parts = [component.step_sums(t) for t in tokens]
+            sums = comm.sum(torch.stack(parts).sum(0)) if tokens and parts[0] is not None else None
+            values[label], states[label] = component.begin_step(sums, self._states[label])
+        for label in states:  # only once every component succeeded
+            self._states[label] = self._step_start_states[label] = states[label]
+        self._batch_values = values
+
     def _gather_tokens(self, tokens: list[Tokens], comm: Comm, update_state: bool = True, check: bool = False):
         """Step statistics, each micro-batch's per-mask keeps and kept tokens (reused by the own-step path),
         the state updates to commit once the step succeeded, and (``check``) the number of non-finite
@@ -351,6 +383,9 @@ class CompiledObjective:
         """Each hooked component's step value, and the state updates to commit when the step succeeds."""
         values, pending = [], {}
         for label, component in self._hooked:
+            if label in self._batch_values:  # moved by begin_training_batch: this step reuses the batch's value
+                values.append(self._batch_values[label])
+                continue
             parts = [component.step_sums(t) for t in tokens]
             sums = None
             if tokens and parts[0] is not None:

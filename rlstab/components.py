@@ -83,6 +83,17 @@ class StepHook:
         """The state before the first step (plain floats/ints, so it survives a checkpoint), or None."""
         return None
 
+    def state_cadence(self) -> str:
+        """When ``begin_step`` runs: ``"optimizer_step"`` (every gather), or ``"training_batch"``.
+
+        ``training_batch``: once per training batch (the rollout batch a trainer splits into
+        optimizer steps), from that whole batch, when the trainer's adapter calls
+        [`CompiledObjective.begin_training_batch`][rlstab.CompiledObjective.begin_training_batch];
+        each optimizer step of the batch then reuses the batch's step value. Without that call
+        every gather is its own training batch.
+        """
+        return "optimizer_step"
+
     def begin_step(self, sums: torch.Tensor | None, state: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
         """``(step_value, new_state)`` from the step's totals; called once per step.
 

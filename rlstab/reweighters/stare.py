@@ -107,6 +107,16 @@ class STARE(Reweighter):
     authors' initial ``gate_on = True``); a step without valid tokens leaves the state unchanged
     (their controller skips a non-finite entropy).
 
+    ``cadence`` (when steps 3 and 4 run): ``training_batch`` (default) once per training batch,
+    from the mean entropy of the whole batch (every mini-batch, every rank), as the authors'
+    trainer does (``STAREController.update`` once per training step, on the old-log-prob pass's
+    entropy, before the mini-batch loop); every optimizer step of the batch uses the same gate,
+    W and M. ``optimizer_step``: once per optimizer step, from that step's tokens. The two agree
+    when a training batch is one optimizer step (``ppo_mini_batch_size`` = the batch, as in the
+    authors' script). The veRL and OpenRLHF adapters mark training batches
+    ([`begin_training_batch`][rlstab.CompiledObjective.begin_training_batch]); elsewhere (TRL,
+    the embedded trainer, a bare ``gather``) each optimizer step is its own training batch.
+
     ``selection: micro_batch``: the top-P sets are chosen within each micro-batch, as the
     authors' loss does (it runs per veRL micro-batch), so they depend on the micro-batch size; the
     gate and controller are exact over the whole step (every micro-batch and rank). Candidates are
@@ -139,6 +149,8 @@ class STARE(Reweighter):
     """Lower bound of M under the adaptive controller."""
     selection: Literal["micro_batch"] = "micro_batch"
     """Where the top-P sets are chosen: within each micro-batch, as the authors' loss does."""
+    cadence: Literal["training_batch", "optimizer_step"] = "training_batch"
+    """When the gate and controller move: once per training batch, from its mean entropy (the authors'), or once per optimizer step."""
 
     reads: ClassVar[frozenset[str]] = frozenset({"entropy"})
     state_model: ClassVar[type[STAREState]] = STAREState
@@ -152,6 +164,9 @@ class STARE(Reweighter):
         return self
 
     # ---------------------------------------------------------------- step
+
+    def state_cadence(self) -> str:
+        return self.cadence
 
     def step_sums(self, t: Tokens) -> torch.Tensor:
         """Entropy sum and count of the valid tokens (padding may hold anything, NaN included)."""
