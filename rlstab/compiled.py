@@ -302,6 +302,10 @@ class CompiledObjective:
         self._commit(pending)
         return stats
 
+    def training_batch_components(self) -> list[str]:
+        """The components whose state moves once per training batch (``["reweighters[0] (stare)"]``)."""
+        return [label for label, c in self._hooked if c.state_cadence() == "training_batch"]
+
     def begin_training_batch(self, batches: Iterable[TokenBatch], *, group=None, distributed: bool | None = None) -> None:
         """Advance the components whose state moves once per training batch, from the whole batch.
 
@@ -314,7 +318,7 @@ class CompiledObjective:
         ``gather`` until the next call reuses that step value instead of moving them again.
         Other components are untouched. Without this call every gather is its own training batch.
         """
-        batched = [(label, c) for label, c in self._hooked if c.state_cadence() == "training_batch"]
+        batched = [(label, c) for label, c in self._hooked if label in self.training_batch_components()]
         if not batched:
             return
         batches = list(batches)

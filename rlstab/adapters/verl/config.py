@@ -27,7 +27,7 @@ from rlstab.regularisers import EntropyBonus, KLPenalty
 
 CONFIG_PATH = "actor_rollout_ref.actor.policy_loss"
 _log = logging.getLogger(__name__)
-STEP_STATISTICS = ("local", "data_parallel")
+STEP_STATISTICS = ("optimizer_step", "local", "data_parallel")
 ENTROPY_FUNCTIONS = ("rlstab", "verl")
 
 # What verl's loss path cannot give a registered policy loss, and what to use instead.
@@ -58,10 +58,19 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
             path must be readable on every node, because each Ray worker builds its own config.
         overrides: fields merged over the objective, as an ``extends:`` file would
             (``{surrogate: {eps_high: 0.3}}``). With ``objective`` null, the whole objective.
-        step_statistics: where mask thresholds and kept-token shares are computed. ``local``
-            (default): on each micro-batch of each rank, no communication. ``data_parallel``: on the micro-batches of the same index on
-            every data-parallel rank together (all-reduces per micro-batch; relies on verl giving
-            every rank the same number of micro-batches, which its fsdp engine does).
+        step_statistics: where the step's statistics are computed (mask thresholds, kept-token
+            counts, and the step of stateful components: STARE's gate and controller, BAPO's
+            bounds). ``optimizer_step`` (default): over the whole optimizer step (every
+            micro-batch of the mini-batch, every data-parallel rank), before its first
+            micro-batch, identical on every rank; components whose state moves once per training
+            batch (STARE's, by default) move once per ``update_actor`` call, from the whole batch
+            ([`step_scope`][rlstab.adapters.verl.step_scope]; costs one no-grad forward per
+            optimizer step after the first of each training batch). ``local``: on each
+            micro-batch of each rank, no communication (a stateful component is then refused
+            with more than one data-parallel rank: each rank's state would drift).
+            ``data_parallel``: on the micro-batches of the same index on every data-parallel rank
+            together (all-reduces per micro-batch; relies on verl giving every rank the same
+            number of micro-batches, which its fsdp engine does).
         entropy_function: what computes the per-token entropy in the actor's FSDP engine.
             ``rlstab`` (default): ``rlstab.stats``, one chunked pass over the logits, without
             the ``[tokens, V]`` softmax autograd would keep
@@ -72,7 +81,7 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
     loss_mode: str = "rlstab"
     objective: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
-    step_statistics: str = "local"
+    step_statistics: str = "optimizer_step"
     entropy_function: str = "rlstab"
 
     def __post_init__(self):

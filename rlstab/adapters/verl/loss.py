@@ -16,6 +16,7 @@ from dataclasses import replace
 from rlstab.adapters.global_counts import number, with_global_counts
 from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig
 from rlstab.adapters.verl.model_output import current_dp_group, current_entropy
+from rlstab.adapters.verl.step_scope import prepared_step
 from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective, StepStats
 from rlstab.lazy import torch
@@ -53,10 +54,20 @@ def rlstab_policy_loss(
         is_weights=rollout_is_weights,
     )
     info = config.global_batch_info or {}
-    across_ranks = policy_loss.step_statistics == "data_parallel" and (info.get("dp_size") or 1) > 1
-    group = current_dp_group() if across_ranks else None
-    update_state = policy_loss.rlstab_step_tracker.first_call_of_step()
-    step = step_stats(compiled, batch, info, across_ranks, group, update_state)
+    if policy_loss.step_statistics == "optimizer_step":
+        step = prepared_step()
+        if step is None:
+            raise RuntimeError(
+                f"{CONFIG_PATH}.step_statistics = 'optimizer_step': the step's statistics are gathered by verl's "
+                "TrainingWorker.train_batch before its micro-batches, and this loss was called outside it; set "
+                "step_statistics=local to make each call its own step"
+            )
+        step = with_verl_counts(step, info, step.counts.max_length)
+    else:
+        across_ranks = policy_loss.step_statistics == "data_parallel" and (info.get("dp_size") or 1) > 1
+        group = current_dp_group() if across_ranks else None
+        update_state = policy_loss.rlstab_step_tracker.first_call_of_step()
+        step = step_stats(compiled, batch, info, across_ranks, group, update_state)
     out = compiled(batch, step=step)
     return out.loss, verl_metrics(out.metrics)
 
@@ -101,8 +112,17 @@ def step_stats(
     step's first micro-batch only).
     """
     local = compiled.gather([batch], group=group, distributed=across_ranks, update_state=update_state)
+    return with_verl_counts(local, info, batch.shape[1])
+
+
+def with_verl_counts(stats: StepStats, info: dict, padded_length: int) -> StepStats:
+    """``stats`` with verl's global counts as the denominators (the kept share stays ``stats``'s).
+
+    ``padded_length``: the ``max_length`` of ``seq-mean-token-sum-norm`` when verl gives no
+    ``loss_scale_factor`` (verl's own losses then take the micro-batch's padded length).
+    """
     if not _is_global(info):
-        return local
+        return stats
     dp_size = int(info.get("dp_size") or 1)
     tokens = number(info.get("batch_num_tokens"))
     sequences = number(info.get("global_batch_size"))
@@ -112,9 +132,9 @@ def step_stats(
             "(verl's ppo_loss sets them)"
         )
     scale_factor = info.get("loss_scale_factor")
-    max_length = batch.shape[1] if scale_factor is None else int(scale_factor)
-    counts = with_global_counts(local.counts, tokens=tokens, sequences=sequences, max_length=max_length, world_size=dp_size)
-    return replace(local, counts=counts)
+    max_length = padded_length if scale_factor is None else int(scale_factor)
+    counts = with_global_counts(stats.counts, tokens=tokens, sequences=sequences, max_length=max_length, world_size=dp_size)
+    return replace(stats, counts=counts)
 
 
 def verl_metrics(metrics: dict[str, float]) -> dict[str, float]:

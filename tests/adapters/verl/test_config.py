@@ -103,10 +103,13 @@ def test_whole_objective_inline_without_a_preset():
 
 
 def test_step_statistics_is_checked():
-    with pytest.raises(Exception, match=r"policy_loss\.step_statistics = 'global': allowed local, data_parallel"):
+    with pytest.raises(
+        Exception, match=r"policy_loss\.step_statistics = 'global': allowed optimizer_step, local, data_parallel"
+    ):
         actor(*SELECT, f"{ACTOR}.calculate_entropy=True", f"+{ACTOR}.policy_loss.step_statistics=global")
     config = actor(*SELECT, f"{ACTOR}.calculate_entropy=True", f"+{ACTOR}.policy_loss.step_statistics=data_parallel")
     assert config.policy_loss.step_statistics == "data_parallel"
+    assert actor(*SELECT, f"{ACTOR}.calculate_entropy=True").policy_loss.step_statistics == "optimizer_step"  # the default
 
 
 def test_step_level_components_that_need_rewards_are_refused():

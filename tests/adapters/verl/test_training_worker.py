@@ -41,6 +41,7 @@ LOSSES = {
 # rlstab's step statistics (S2T's entropy quantile, the kept-token share) over the micro-batches of the
 # same index on all ranks together, instead of per rank's micro-batch.
 DATA_PARALLEL_STATISTICS = ["+actor_rollout_ref.actor.policy_loss.step_statistics=data_parallel"]
+LOCAL_STATISTICS = ["+actor_rollout_ref.actor.policy_loss.step_statistics=local"]
 # One rank's micro-batch = both ranks' micro-batches of the same index, for world size 2.
 UNION_MICRO_BATCH = [f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={2 * worker_rank.MICRO_BATCH}"]
 # fp32 compute instead of veRL's default bf16 autocast. Runs whose micro-batches differ in shape
@@ -151,10 +152,12 @@ def test_two_ranks_shard_the_model_and_match_one_rank(update):
 
     Both runs see the same global mini-batches and micro-batches (``worker_rank.rank_rows``); veRL
     all-reduces the token count that the loss divides by, and FSDP2 reduces the gradients. The step
-    statistics are ``local``: each micro-batch its own, on two ranks as on one.
+    statistics are ``local``: each micro-batch its own, on two ranks as on one, with no forward of
+    their own (the default, ``optimizer_step``, runs a no-grad forward whose bf16 rounding depends on
+    the batch shape).
     """
-    ranks = update(2, "rlstab")
-    (single,) = update(1, "rlstab")
+    ranks = update(2, "rlstab", LOCAL_STATISTICS)
+    (single,) = update(1, "rlstab", LOCAL_STATISTICS)
     total = sum(p.numel() for p in single["before"].values())
     assert sum(r["local_numel"] for r in ranks) == total
     assert all(0 < r["local_numel"] < total for r in ranks)
@@ -168,7 +171,7 @@ def test_two_ranks_data_parallel_statistics_match_one_rank_with_the_union_micro_
     the kept share, so the update equals that of one rank whose micro-batch is both of them (in fp32)."""
     ranks = update(2, "rlstab", FP32 + DATA_PARALLEL_STATISTICS)
     (union,) = update(1, "rlstab", FP32 + UNION_MICRO_BATCH)
-    (local,) = update(1, "rlstab", FP32)  # one rank, per-micro-batch statistics
+    (local,) = update(1, "rlstab", FP32 + LOCAL_STATISTICS)  # one rank, per-micro-batch statistics
     for r in ranks + [union, local]:
         check_update(r, "rlstab")
     for r in ranks:

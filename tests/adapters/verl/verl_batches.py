@@ -11,9 +11,16 @@ from verl.workers.utils.padding import left_right_2_no_padding
 from rlstab.adapters.verl import RlstabPolicyLossConfig
 
 
-def actor_config(objective: str = "grpo", overrides: dict | None = None, **actor) -> ActorConfig:
-    """A real verl ActorConfig whose policy loss is rlstab's."""
-    policy_loss = RlstabPolicyLossConfig(objective=objective, overrides=overrides or {})
+def actor_config(
+    objective: str = "grpo", overrides: dict | None = None, step_statistics: str = "local", **actor
+) -> ActorConfig:
+    """A real verl ActorConfig whose policy loss is rlstab's.
+
+    ``step_statistics`` is ``local``: these tests call ``ppo_loss`` directly, outside the
+    ``TrainingWorker.train_batch`` that gathers the default mode's step statistics, so each call
+    is its own step (as in verl's own losses, which the conformance tests compare against).
+    """
+    policy_loss = RlstabPolicyLossConfig(objective=objective, overrides=overrides or {}, step_statistics=step_statistics)
     fields = {"strategy": "fsdp", "rollout_n": 1, "ppo_micro_batch_size_per_gpu": 1, "policy_loss": policy_loss}
     fields.update(actor)
     return ActorConfig(**fields)
