@@ -148,7 +148,18 @@ def _refusals(objective: Objective, args) -> list[str]:
             f"entropy_coef = {args.entropy_coef!r}: TRL would add its own entropy bonus; {advice}"
         )
     problems += unexecutable(objective, "TRL")
-    rollout = objective.compile().readers("rollout_logprobs")
+    compiled = objective.compile()
+    batched = compiled.training_batch_components()
+    steps = args.steps_per_generation * args.num_iterations
+    if batched and steps != args.gradient_accumulation_steps:
+        problems.append(
+            f"steps_per_generation = {args.steps_per_generation!r} with num_iterations = {args.num_iterations!r} and "
+            f"gradient_accumulation_steps = {args.gradient_accumulation_steps!r}: a generation batch is not one optimizer "
+            f"step, and {', '.join(batched)} moves once per training batch, which the TRL adapter does not mark (each "
+            "optimizer step would be its own); set its cadence: optimizer_step, or train one optimizer step per "
+            "generation batch (steps_per_generation = gradient_accumulation_steps, num_iterations = 1)"
+        )
+    rollout = compiled.readers("rollout_logprobs")
     if rollout and args.use_vllm and args.vllm_importance_sampling_correction:
         problems.append(
             f"vllm_importance_sampling_correction = True: TRL would apply its own importance-sampling correction on top "

@@ -55,6 +55,17 @@ def test_top_entropy_quantile_is_refused_with_the_mask_to_use(tmp_path):
     assert "{kind: entropy_quantile, rho: 0.2, side: top}" in message and "20-entropy" in message
 
 
+def test_a_training_batch_cadence_is_refused_where_a_generation_batch_is_several_optimizer_steps(tmp_path):
+    stare = {"extends": "dapo", "reweighters": [{"kind": "stare", "adaptive": True}]}
+    message = refusal(tmp_path, stare, steps_per_generation=2, gradient_accumulation_steps=1)
+    assert "steps_per_generation = 2 with num_iterations = 1 and gradient_accumulation_steps = 1" in message
+    assert "reweighters[0] (stare) moves once per training batch" in message and "cadence: optimizer_step" in message
+    assert "num_iterations = 2" in refusal(tmp_path, stare, num_iterations=2)
+    per_step = {**stare, "reweighters": [{"kind": "stare", "adaptive": True, "cadence": "optimizer_step"}]}
+    with pytest.raises(OSError):  # accepted: the trainer goes on to load the (missing) model
+        construct(tmp_path, per_step, steps_per_generation=2, gradient_accumulation_steps=1)
+
+
 def test_off_policy_mask_is_refused(tmp_path):
     assert "off_policy_mask_threshold = 0.5" in refusal(tmp_path, "dapo", off_policy_mask_threshold=0.5)
 
