@@ -40,6 +40,11 @@ class S2T(Mask):
     - ``population``: the paper does not say whether the quantile runs over every valid token of
       the step or only positive-advantage ones; default ``valid`` (the natural reading of "the
       step's token entropies", and the 20-Entropy convention).
+    - the scope of "the step": the paper does not say whether the quantile runs over a
+      micro-batch, an optimizer step or the whole rollout batch. rlstab's choice is the optimizer
+      step (every micro-batch and data-parallel rank, from the current policy), the only reading
+      that does not change with the micro-batch size or the number of GPUs; the veRL and
+      OpenRLHF adapters' ``step_statistics: local`` gives the per-micro-batch reading.
     - ``prob_source``: the paper writes the current policy $\pi_\theta$; on-policy the old policy
       gives the same values. Default ``current``.
     - ``entropy_side: high`` gives the paper's ablation that silences *high*-entropy
