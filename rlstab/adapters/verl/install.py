@@ -15,7 +15,7 @@ from verl.trainer.ppo.core_algos import register_policy_loss
 from verl.workers.config import ActorConfig
 
 from rlstab.adapters.post_import import when_imported
-from rlstab.adapters.verl import entropy, model_output, startup, step_scope
+from rlstab.adapters.verl import checkpoint, entropy, model_output, startup, step_scope
 from rlstab.adapters.verl.loss import rlstab_policy_loss
 
 SUPPORTED_VERL = (">=0.9.0", "<0.10")
@@ -46,6 +46,7 @@ def install() -> None:
     model_output.wrap_ppo_loss(sys.modules)
     startup.add_check(ActorConfig)
     when_imported("verl.workers.engine_workers", lambda module: entropy.wrap_set_loss_fn(module.TrainingWorker))
+    when_imported("verl.workers.engine_workers", lambda module: checkpoint.wrap_training_worker(module.TrainingWorker))
     when_imported("verl.workers.engine_workers", lambda module: step_scope.wrap_training_worker(module.TrainingWorker))
     when_imported("verl.trainer.ppo.ray_trainer", lambda module: step_scope.keep_old_entropy(module.RayPPOTrainer))
     _log.debug("rlstab: policy loss %r registered in verl %s", LOSS_MODE, verl.__version__)
