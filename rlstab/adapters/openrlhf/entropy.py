@@ -30,8 +30,10 @@ Forwards under no_grad (old log-probs, reference and EMA models) are left alone.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+from collections.abc import Iterator
 from contextvars import ContextVar
 
 from rlstab.lazy import torch
@@ -59,6 +61,21 @@ def detached_entropy(logits: torch.Tensor, chunk_rows: int | None = None) -> tor
 def entropy_of(log_probs: torch.Tensor) -> torch.Tensor | None:
     """The detached entropy that the wrapped forward attached to ``log_probs``, or None."""
     return getattr(log_probs, ENTROPY_ATTRIBUTE, None)
+
+
+@contextlib.contextmanager
+def detached_compute_entropy() -> Iterator[None]:
+    """Within it, the switched ``compute_entropy`` is [`detached_entropy`][rlstab.adapters.openrlhf.entropy.detached_entropy].
+
+    For the step-wide statistics' no-grad forwards, which ask ``Actor.forward`` for its entropy
+    themselves (``return_entropy=True``): the wrapper above leaves no-grad forwards alone, and
+    OpenRLHF's own ``compute_entropy`` would materialise a full-vocabulary softmax.
+    """
+    token = _DETACHED.set(True)
+    try:
+        yield
+    finally:
+        _DETACHED.reset(token)
 
 
 def switch_compute_entropy(actor_module) -> None:

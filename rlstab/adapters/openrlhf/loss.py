@@ -10,6 +10,11 @@ in its constructor and calls it once per micro-batch in ``training_step``::
 This subclass keeps that constructor and that call, maps OpenRLHF's tensors onto a
 [`TokenBatch`][rlstab.TokenBatch] (the only place OpenRLHF's names appear), turns OpenRLHF's global
 counts into the step's denominators, and returns the same 5-tuple with OpenRLHF's meanings.
+
+Where the step's statistics come from (``step_statistics``): ``optimizer_step`` (default) uses the
+statistics that [`step_scope`][rlstab.adapters.openrlhf.step_scope] gathered over the whole
+optimizer step on every data-parallel rank before the step's first micro-batch; ``local`` makes each
+micro-batch its own step (no communication), as the adapter did before.
 """
 
 from __future__ import annotations
@@ -20,8 +25,14 @@ from dataclasses import replace
 from rlstab.adapters.global_counts import number, with_global_counts
 from rlstab.adapters.openrlhf.entropy import entropy_of
 from rlstab.adapters.openrlhf.is_correction import ISCorrection
-from rlstab.adapters.openrlhf.objective import build_objective, objective_from_env
+from rlstab.adapters.openrlhf.objective import (
+    build_objective,
+    check_step_statistics,
+    objective_from_env,
+    step_statistics_from_env,
+)
 from rlstab.adapters.openrlhf.source import loss_module
+from rlstab.adapters.openrlhf.step_scope import prepared_step
 from rlstab.adapters.optimizer_steps import StepTracker
 from rlstab.aggregation import TokenMean
 from rlstab.batch import TokenBatch
@@ -53,6 +64,15 @@ class RlstabPolicyLoss(PolicyLoss):
             an objective, gets one: the worker's environment is the one channel from the launcher
             to that constructor, and it is the same in every worker.
         overrides: fields merged over a preset or YAML ``objective``, as ``extends:`` would.
+        step_statistics: ``"optimizer_step"`` or ``"local"``; None: ``$RLSTAB_OPENRLHF_STEP_STATISTICS``
+            (set by the launcher's ``--step-statistics``), ``"optimizer_step"`` when unset.
+            ``optimizer_step``: thresholds, kept counts and the stateful components' step come from
+            the whole optimizer step on every data-parallel rank, gathered by the wrapped
+            ``ActorPPOTrainer.ppo_train`` before the step's first micro-batch; a call outside
+            ``ppo_train`` (no statistics prepared for it) raises rather than quietly making the
+            micro-batch its own step, which would change the method. ``local``: each micro-batch
+            is its own step, and stateful components advance on the first micro-batch of each
+            optimizer step from that micro-batch alone.
     """
 
     def __init__(
@@ -69,6 +89,7 @@ class RlstabPolicyLoss(PolicyLoss):
         *,
         objective: str | dict | Objective | None = None,
         overrides: dict | None = None,
+        step_statistics: str | None = None,
     ) -> None:
         super().__init__(
             clip_eps_low=clip_eps_low,
@@ -86,6 +107,10 @@ class RlstabPolicyLoss(PolicyLoss):
         else:
             self.objective = build_objective(objective, overrides, label="RlstabPolicyLoss(objective=...)")
         self.compiled: CompiledObjective = self.objective.compile()
+        if step_statistics is None:
+            self.step_statistics = step_statistics_from_env()
+        else:
+            self.step_statistics = check_step_statistics(step_statistics, "RlstabPolicyLoss(step_statistics=...)")
         low, high = is_correction_threshold
         self.is_correction = ISCorrection(is_correction_level, is_correction_mode, is_correction_gating, low, high)
         self.step_tracker = StepTracker()  # stateful components advance once per optimizer step
@@ -129,6 +154,41 @@ class RlstabPolicyLoss(PolicyLoss):
                 f"{', '.join(compiled.readers('rollout_logprobs'))} reads vLLM's log-probabilities, which OpenRLHF "
                 "records only with --algo.advantage.is_correction_level token|seq (its correction then applies too)"
             )
+        batch, vllm_kl, is_filter_ratio = self.token_batch(
+            log_probs, old_log_probs, advantages, action_mask, rollout_log_probs, entropy
+        )
+        if self.step_statistics == "optimizer_step":
+            step = self._prepared(batch, dp_size, batch_num_tokens, global_batch_size)
+        else:
+            update_state = self.step_tracker.first_call_of_step()
+            step = step_stats(compiled, batch, dp_size, batch_num_tokens, global_batch_size, update_state)
+        out = compiled(batch, step=step)
+        self.last_metrics = out.metrics
+        metrics = out.metrics
+        clip_ratio = torch.tensor(
+            metrics.get("clip/high_fraction", 0.0) + metrics.get("clip/low_fraction", 0.0),
+            dtype=torch.float32,
+            device=log_probs.device,
+        )
+        valid = batch.response_mask.to(torch.float32)
+        ppo_kl = ((old_log_probs.detach().float() - log_probs.detach().float()) * valid).sum() / valid.sum()
+        return out.loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio
+
+    def token_batch(
+        self,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        action_mask: torch.Tensor,
+        rollout_log_probs: torch.Tensor | None,
+        entropy: torch.Tensor | None,
+    ) -> tuple[TokenBatch, torch.Tensor | None, torch.Tensor | None]:
+        """OpenRLHF's tensors as a TokenBatch, with ``vllm_kl`` and ``is_filter_ratio`` (None without correction).
+
+        The one place OpenRLHF's names become rlstab's: the loss and the step-wide gather
+        (which passes the current policy's log-probs and entropy from its no-grad forward) build
+        their batches here, so both see the same importance weights and the same old log-probs.
+        """
         old = old_log_probs
         is_weights = vllm_kl = is_filter_ratio = None
         if self.is_correction.enabled:
@@ -149,19 +209,19 @@ class RlstabPolicyLoss(PolicyLoss):
             rollout_logprobs=rollout_log_probs,
             is_weights=is_weights,
         )
-        update_state = self.step_tracker.first_call_of_step()
-        step = step_stats(compiled, batch, dp_size, batch_num_tokens, global_batch_size, update_state)
-        out = compiled(batch, step=step)
-        self.last_metrics = out.metrics
-        metrics = out.metrics
-        clip_ratio = torch.tensor(
-            metrics.get("clip/high_fraction", 0.0) + metrics.get("clip/low_fraction", 0.0),
-            dtype=torch.float32,
-            device=log_probs.device,
-        )
-        valid = batch.response_mask.to(torch.float32)
-        ppo_kl = ((old_log_probs.detach().float() - log_probs.detach().float()) * valid).sum() / valid.sum()
-        return out.loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio
+        return batch, vllm_kl, is_filter_ratio
+
+    def _prepared(self, batch: TokenBatch, dp_size, batch_num_tokens, global_batch_size) -> StepStats:
+        """The optimizer step's statistics gathered before its first micro-batch, with OpenRLHF's global counts."""
+        stats = prepared_step()
+        if stats is None:
+            raise RuntimeError(
+                "RlstabPolicyLoss(step_statistics='optimizer_step') was called without the optimizer step's statistics: "
+                "they are gathered by ActorPPOTrainer.ppo_train, wrapped by rlstab's hook (start the run with "
+                "`python -m rlstab.adapters.openrlhf`). To make each micro-batch its own step (statistics from this "
+                "micro-batch alone), use step_statistics='local' (launcher: --step-statistics local)"
+            )
+        return with_openrlhf_counts(self.compiled, stats, dp_size, batch_num_tokens, global_batch_size)
 
 
 def step_stats(
@@ -172,7 +232,7 @@ def step_stats(
     global_batch_size=None,
     update_state: bool = True,
 ) -> StepStats:
-    """The step statistics of one OpenRLHF micro-batch, with OpenRLHF's global counts.
+    """The step statistics of one OpenRLHF micro-batch, with OpenRLHF's global counts (``step_statistics='local'``).
 
     OpenRLHF's ``aggregate_loss`` divides a token mean by ``batch_num_tokens`` and a sequence
     mean by ``global_batch_size`` — the step's valid tokens and non-empty responses over every
@@ -189,19 +249,32 @@ def step_stats(
     (``count: kept`` divides by the global count times this micro-batch's kept fraction), and
     ``seq-mean-token-sum-norm``'s ``max_length`` (this micro-batch's padded length).
     """
+    local = compiled.gather([batch], distributed=False, update_state=update_state)
+    return with_openrlhf_counts(compiled, local, dp_size, batch_num_tokens, global_batch_size)
+
+
+def with_openrlhf_counts(
+    compiled: CompiledObjective, stats: StepStats, dp_size: int = 1, batch_num_tokens=None, global_batch_size=None
+) -> StepStats:
+    """``stats`` with OpenRLHF's global counts as the denominators, so the loss keeps OpenRLHF's normalisation.
+
+    The valid counts are OpenRLHF's (``batch_num_tokens``, ``global_batch_size``, ``dp_size``); the
+    kept counts are those times the kept share of ``stats``: the micro-batch's own share for a
+    micro-batch's statistics, the whole step's (every micro-batch and rank) for step-wide ones.
+    When the count the aggregation divides by is None, ``stats`` is returned as it is.
+    """
     uses_tokens = isinstance(compiled.objective.aggregation, TokenMean)
     total = batch_num_tokens if uses_tokens else global_batch_size
-    local = compiled.gather([batch], distributed=False, update_state=update_state)
     if total is None:
-        return local
+        return stats
     counts = with_global_counts(
-        local.counts,
+        stats.counts,
         tokens=number(batch_num_tokens),
         sequences=number(global_batch_size),
-        max_length=local.counts.max_length,
+        max_length=stats.counts.max_length,
         world_size=int(dp_size),
     )
-    return replace(local, counts=counts)
+    return replace(stats, counts=counts)
 
 
 def openrlhf_settings_ignored(loss: RlstabPolicyLoss) -> list[str]:

@@ -24,6 +24,13 @@ from rlstab.regularisers import EntropyBonus, KLPenalty
 OBJECTIVE_ENV = "RLSTAB_OPENRLHF_OBJECTIVE"
 """Environment variable holding the objective's YAML in every process of the run."""
 
+STEP_STATISTICS_ENV = "RLSTAB_OPENRLHF_STEP_STATISTICS"
+"""Environment variable holding where step statistics come from (``optimizer_step`` or ``local``) in every process."""
+
+STEP_STATISTICS = ("optimizer_step", "local")
+"""``optimizer_step`` (default): over every micro-batch of the optimizer step and every data-parallel rank;
+``local``: each micro-batch is its own step (the adapter's behaviour before step-wide statistics)."""
+
 _UNSUPPORTED_REGULARISERS = {
     EntropyBonus: "OpenRLHF adds the entropy bonus itself, with gradient: use --actor.entropy_coef",
     KLPenalty: "OpenRLHF adds the KL loss itself: use --algo.kl.use_loss with --algo.kl.init_coef and --algo.kl.estimator",
@@ -105,3 +112,16 @@ def objective_from_env(environ: Mapping[str, str] | None = None) -> Objective:
         )
     data = parse_yaml(text, f"${OBJECTIVE_ENV}")
     return build_objective(data, label=f"${OBJECTIVE_ENV}")
+
+
+def check_step_statistics(value: str, label: str) -> str:
+    """``value`` if it is one of [`STEP_STATISTICS`][rlstab.adapters.openrlhf.objective.STEP_STATISTICS]; else a ConfigError naming ``label``."""
+    if value not in STEP_STATISTICS:
+        raise ConfigError(label, [f"{value!r}: must be one of {', '.join(STEP_STATISTICS)}"])
+    return value
+
+
+def step_statistics_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """The mode the launcher put in ``RLSTAB_OPENRLHF_STEP_STATISTICS``; ``optimizer_step`` when it is unset."""
+    environ = os.environ if environ is None else environ
+    return check_step_statistics(environ.get(STEP_STATISTICS_ENV) or "optimizer_step", f"${STEP_STATISTICS_ENV}")

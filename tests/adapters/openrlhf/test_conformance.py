@@ -67,7 +67,9 @@ def pair(method, token_level, correction):
     if method != "gspo":
         kwargs["token_level_loss"] = token_level
     objective = {"surrogate": surrogate, "aggregation": {"kind": AGGREGATIONS[token_level], "count": "valid"}}
-    return RlstabPolicyLoss(**kwargs, objective=objective), openrlhf_policy_loss(**kwargs), spread
+    # step_statistics="local": each call is its own step, as OpenRLHF's PolicyLoss computes it
+    return (RlstabPolicyLoss(**kwargs, objective=objective, step_statistics="local"), openrlhf_policy_loss(**kwargs),
+            spread)
 
 
 def assert_same(ours, theirs):

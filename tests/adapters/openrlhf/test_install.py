@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, build_objective, objective_to_env
+from rlstab.adapters.openrlhf.objective import (
+    OBJECTIVE_ENV,
+    STEP_STATISTICS_ENV,
+    build_objective,
+    objective_to_env,
+)
 
 from openrlhf_gpu_stubs import subprocess_env, write_stubs
 
@@ -25,7 +30,8 @@ def results(tmp_path_factory):
     """One fresh process (imports cost ~20 s on two cores), both entropy settings."""
     tmp = tmp_path_factory.mktemp("training_step")
     out = tmp / "result.json"
-    env = subprocess_env(write_stubs(tmp / "stubs"), **{OBJECTIVE_ENV: objective_to_env(OBJECTIVE)})
+    # training_step is called directly (not through ppo_train): each micro-batch is its own step
+    env = subprocess_env(write_stubs(tmp / "stubs"), **{OBJECTIVE_ENV: objective_to_env(OBJECTIVE), STEP_STATISTICS_ENV: "local"})
     proc = subprocess.run([sys.executable, str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())

@@ -12,7 +12,7 @@ import pytest
 
 from rlstab.adapters.openrlhf.hook import SETUP_HOOK
 from rlstab.adapters.openrlhf.launcher import runtime_env_with_rlstab
-from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, objective_from_env
+from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, STEP_STATISTICS_ENV, objective_from_env
 
 from openrlhf_gpu_stubs import subprocess_env, write_stubs
 
@@ -55,8 +55,12 @@ def test_bad_yaml_fails_before_ray_starts_with_path_and_value(tmp_path):
          "aggregation.kind = 'token-sum': not available in OpenRLHF"),
         (["--objective", "grpo", "--objective-overrides", "{regularisers: [{kind: kl, coef: 0.1}]}"],
          "regularisers[0] (kl): not available in OpenRLHF; OpenRLHF adds the KL loss itself: use --algo.kl.use_loss"),
+        (["--objective", "stapo", "--step-statistics", "step"], "argument --step-statistics: invalid choice: 'step'"),
+        (["--objective", "stapo", "--train.dynamic_batch_enable"],
+         "rlstab: --step-statistics optimizer_step (the default) does not support --train.dynamic_batch_enable"),
     ],
-    ids=["unknown-preset", "bad-override-value", "token-sum", "kl-regulariser"],
+    ids=["unknown-preset", "bad-override-value", "token-sum", "kl-regulariser", "bad-step-statistics",
+         "dynamic-batch-step-wide"],
 )
 def test_unusable_objectives_fail_before_ray_starts(tmp_path, args, message):
     rc, messages, imported, _ = launch([*args, *OPENRLHF_ARGS], tmp_path)
@@ -71,6 +75,8 @@ def test_runtime_env_keeps_openrlhf_entries_and_adds_the_hook():
     assert env == {"env_vars": {"NCCL_DEBUG": "WARN", OBJECTIVE_ENV: "name: x\n"}, "working_dir": ".",
                    "worker_process_setup_hook": SETUP_HOOK}
     assert theirs == {"env_vars": {"NCCL_DEBUG": "WARN"}, "working_dir": "."}  # not modified
+    local = runtime_env_with_rlstab(theirs, "name: x\n", "local")
+    assert local["env_vars"] == {"NCCL_DEBUG": "WARN", OBJECTIVE_ENV: "name: x\n", STEP_STATISTICS_ENV: "local"}
     with pytest.raises(ValueError, match="already has worker_process_setup_hook='my.hook'"):
         runtime_env_with_rlstab({"worker_process_setup_hook": "my.hook"}, "name: x\n")
 
@@ -107,4 +113,5 @@ def test_documented_command_passes_openrlhfs_parser_and_starts_ray_with_the_hook
     env_vars = runtime_env["env_vars"]
     assert {"TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"} <= set(env_vars)
     assert objective_from_env(env_vars).name == "stapo"
+    assert env_vars[STEP_STATISTICS_ENV] == "optimizer_step"  # the default, carried to every worker
 

@@ -9,7 +9,12 @@ import torch
 
 from rlstab.adapters.openrlhf import RlstabPolicyLoss
 from rlstab.adapters.openrlhf.entropy import ENTROPY_ATTRIBUTE, detached_entropy
-from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, build_objective, objective_to_env
+from rlstab.adapters.openrlhf.objective import (
+    OBJECTIVE_ENV,
+    STEP_STATISTICS_ENV,
+    build_objective,
+    objective_to_env,
+)
 from rlstab.errors import ConfigError
 
 
@@ -25,7 +30,7 @@ def test_kept_count_is_openrlhfs_global_count_times_the_micro_batch_kept_share()
     log_probs = torch.log(torch.tensor([[0.5, 0.001], [0.5, 0.5]])).requires_grad_()
     objective = {"masks": [{"kind": "low_probability"}], "surrogate": {"kind": "none"},
                  "aggregation": {"kind": "token-mean", "count": "kept"}}
-    loss_fn = RlstabPolicyLoss(objective=objective)
+    loss_fn = RlstabPolicyLoss(objective=objective, step_statistics="local")  # the micro-batch is its own step
     loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio = loss_fn(
         log_probs, log_probs.detach(), torch.ones(2, 2), action_mask=torch.ones(2, 2, dtype=torch.bool),
         dp_size=2, batch_num_tokens=torch.tensor(40.0), global_batch_size=torch.tensor(20.0))
@@ -39,7 +44,7 @@ def test_kept_count_is_openrlhfs_global_count_times_the_micro_batch_kept_share()
 
 
 def test_entropy_reading_objective_refuses_log_probs_without_entropy():
-    loss_fn = RlstabPolicyLoss(objective="stapo")
+    loss_fn = RlstabPolicyLoss(objective="stapo", step_statistics="local")
     log_probs = torch.full((1, 3), -1.0, requires_grad=True)
     args = (log_probs, log_probs.detach(), torch.ones(1, 3))
     with pytest.raises(ValueError, match=r"masks\[0\] \(s2t\) of objective 'stapo' reads the per-token entropy"):
@@ -90,9 +95,38 @@ def test_detached_entropy_is_exact_in_chunks_and_has_no_graph():
 
 
 def test_rollout_reading_components_name_the_openrlhf_flag(monkeypatch):
-    loss_fn = RlstabPolicyLoss(objective="grpo")
+    loss_fn = RlstabPolicyLoss(objective="grpo", step_statistics="local")
     # as for any component that reads TokenBatch.rollout_logprobs (rollout rejection masks)
     monkeypatch.setattr(loss_fn.compiled, "readers", lambda f: ["masks[1] (probe)"] if f == "rollout_logprobs" else [])
     log_probs = torch.full((1, 2), -1.0, requires_grad=True)
     with pytest.raises(ValueError, match=r"masks\[1\] \(probe\) reads vLLM's log-probabilities, .*is_correction_level"):
         loss_fn(log_probs, log_probs.detach(), torch.ones(1, 2), action_mask=torch.ones(1, 2, dtype=torch.bool))
+
+
+def test_step_wide_mode_is_the_default_and_refuses_a_call_without_the_steps_statistics(monkeypatch):
+    monkeypatch.delenv(STEP_STATISTICS_ENV, raising=False)
+    loss_fn = RlstabPolicyLoss(objective="grpo")
+    assert loss_fn.step_statistics == "optimizer_step"
+    log_probs = torch.full((1, 2), -1.0, requires_grad=True)
+    # outside ppo_train nothing gathered the step: refused, never silently a step of its own
+    with pytest.raises(RuntimeError, match=r"without the optimizer step's statistics: .*step_statistics='local'"):
+        loss_fn(log_probs, log_probs.detach(), torch.ones(1, 2), action_mask=torch.ones(1, 2, dtype=torch.bool))
+    monkeypatch.setenv(STEP_STATISTICS_ENV, "local")
+    assert RlstabPolicyLoss(objective="grpo").step_statistics == "local"
+    monkeypatch.setenv(STEP_STATISTICS_ENV, "locl")
+    with pytest.raises(ConfigError, match=r"RLSTAB_OPENRLHF_STEP_STATISTICS.*'locl': must be one of optimizer_step, local"):
+        RlstabPolicyLoss(objective="grpo")
+    with pytest.raises(ConfigError, match=r"step_statistics=\.\.\.\).*'micro': must be one of"):
+        RlstabPolicyLoss(objective="grpo", step_statistics="micro")
+
+
+def test_dynamic_batching_is_refused_when_the_trainer_is_built_in_step_wide_mode():
+    from types import SimpleNamespace as NS
+
+    from rlstab.adapters.openrlhf.step_scope import check_trainer
+
+    trainer = NS(args=NS(train=NS(dynamic_batch_enable=True)), strategy=NS())
+    with pytest.raises(ValueError, match=r"^rlstab: step_statistics='optimizer_step' does not support "
+                                         r"--train.dynamic_batch_enable"):
+        check_trainer(trainer, RlstabPolicyLoss(objective="stapo", step_statistics="optimizer_step"))
+    check_trainer(trainer, RlstabPolicyLoss(objective="stapo", step_statistics="local"))  # one rank: allowed
