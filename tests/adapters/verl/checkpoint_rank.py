@@ -17,7 +17,6 @@ module logged during it.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import sys
@@ -30,19 +29,8 @@ import training_worker_rank as base  # noqa: E402
 
 
 def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: list[str], plan: list, queue) -> None:
-    """Put ``(rank, torch.save bytes of the record)`` or ``(rank, traceback text)`` on ``queue``."""
-    try:
-        record = _run(rank, world_size, port, model_path, overrides, plan)
-        buffer = io.BytesIO()
-        torch.save(record, buffer)
-        queue.put((rank, buffer.getvalue()))
-    except BaseException:  # noqa: B036 - the parent must hear about any failure
-        import traceback
-
-        queue.put((rank, traceback.format_exc()))
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+    """Run ``_run`` on this rank and report its record on ``queue`` (``training_worker_rank.report``)."""
+    base.report(rank, queue, _run, world_size, port, model_path, overrides, plan)
 
 
 def give_the_cpu_device_an_rng() -> None:

@@ -9,7 +9,6 @@ what they produced; the objective itself runs unchanged.
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 
@@ -23,19 +22,8 @@ TRAINING_BATCHES = 2
 
 
 def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: list[str], keep_entropy: bool, queue) -> None:
-    """Put ``(rank, torch.save bytes of the record)`` or ``(rank, traceback text)`` on ``queue``."""
-    try:
-        record = _run(rank, world_size, port, model_path, overrides, keep_entropy)
-        buffer = io.BytesIO()
-        torch.save(record, buffer)
-        queue.put((rank, buffer.getvalue()))
-    except BaseException:  # noqa: B036 - the parent must hear about any failure
-        import traceback
-
-        queue.put((rank, traceback.format_exc()))
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+    """Run ``_run`` on this rank and report its record on ``queue`` (``training_worker_rank.report``)."""
+    base.report(rank, queue, _run, world_size, port, model_path, overrides, keep_entropy)
 
 
 def _run(rank, world_size, port, model_path, overrides, keep_entropy) -> dict:

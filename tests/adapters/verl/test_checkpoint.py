@@ -18,11 +18,9 @@ checkpoint contents, other losses, unreadable files, remote paths, and the wrap 
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
-import queue as queue_module
 import shutil
 import sys
 from functools import partial
@@ -30,12 +28,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 import checkpoint_rank  # noqa: E402
-from test_training_worker import FP32, LOSSES, RANK_TIMEOUT_S, free_port  # noqa: E402
+from test_training_worker import FP32, LOSSES, spawn_ranks  # noqa: E402
 
 from rlstab import StateError  # noqa: E402
 from rlstab.adapters.verl import checkpoint  # noqa: E402
@@ -63,30 +60,7 @@ SAVED_AFTER = 1  # training batches before the checkpoint
 
 def run_ranks(world_size: int, model_path: str, overrides: list[str], plan: list) -> list[dict]:
     """``plan`` (see ``checkpoint_rank``) on ``world_size`` spawned gloo ranks; each rank's record, by rank."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [
-        ctx.Process(target=checkpoint_rank.run_rank, args=(r, world_size, port, model_path, overrides, plan, results))
-        for r in range(world_size)
-    ]
-    for p in procs:
-        p.start()
-    outcome = {}
-    try:
-        while len(outcome) < world_size:
-            rank, value = results.get(timeout=RANK_TIMEOUT_S)
-            if isinstance(value, str):
-                pytest.fail(f"rank {rank} of {world_size} failed:\n{value}")
-            outcome[rank] = torch.load(io.BytesIO(value), weights_only=False)
-    except queue_module.Empty:
-        pytest.fail(f"ranks {sorted(set(range(world_size)) - set(outcome))} reported nothing in {RANK_TIMEOUT_S}s")
-    finally:
-        for p in procs:
-            p.join(timeout=30 if len(outcome) == world_size else 1)
-            if p.is_alive():
-                p.kill()
-    return [outcome[r] for r in range(world_size)]
+    return spawn_ranks(checkpoint_rank.run_rank, world_size, model_path, overrides, plan)
 
 
 class Runs:

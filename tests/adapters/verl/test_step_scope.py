@@ -9,19 +9,16 @@ concatenated and compares.
 
 from __future__ import annotations
 
-import io
 import os
-import queue as queue_module
 import sys
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 import step_scope_rank  # noqa: E402
-from test_training_worker import FP32, LOSSES, RANK_TIMEOUT_S, free_port  # noqa: E402
+from test_training_worker import FP32, LOSSES, spawn_ranks  # noqa: E402
 
 import rlstab  # noqa: E402
 
@@ -39,31 +36,7 @@ TWO_MICRO_BATCHES = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]  
 
 
 def run(world_size: int, model_path: str, overrides: list[str], keep_entropy: bool = True) -> list[dict]:
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [
-        ctx.Process(target=step_scope_rank.run_rank,
-                    args=(r, world_size, port, model_path, overrides, keep_entropy, results))
-        for r in range(world_size)
-    ]
-    for p in procs:
-        p.start()
-    outcome = {}
-    try:
-        while len(outcome) < world_size:
-            rank, value = results.get(timeout=RANK_TIMEOUT_S)
-            if isinstance(value, str):
-                pytest.fail(f"rank {rank} of {world_size} failed:\n{value}")
-            outcome[rank] = torch.load(io.BytesIO(value), weights_only=False)
-    except queue_module.Empty:
-        pytest.fail(f"ranks {sorted(set(range(world_size)) - set(outcome))} reported nothing in {RANK_TIMEOUT_S}s")
-    finally:
-        for p in procs:
-            p.join(timeout=30 if len(outcome) == world_size else 1)
-            if p.is_alive():
-                p.kill()
-    return [outcome[r] for r in range(world_size)]
+    return spawn_ranks(step_scope_rank.run_rank, world_size, model_path, overrides, keep_entropy)
 
 
 @pytest.fixture(scope="module")

@@ -60,34 +60,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_update(world_size: int, model_path: str, overrides: list[str]) -> list[dict]:
-    """One actor update on ``world_size`` spawned gloo ranks; each rank's result, by rank."""
+def spawn_ranks(target, world_size: int, *args) -> list:
+    """``target(rank, world_size, port, *args, queue)`` on ``world_size`` spawned gloo ranks; each rank's result, by rank.
+
+    Each rank reports with ``training_worker_rank.report``: a traceback fails the test at once (the
+    other ranks may wait in a collective forever), and silence fails it after ``RANK_TIMEOUT_S``.
+    """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [
-        ctx.Process(target=worker_rank.run_rank, args=(r, world_size, port, model_path, overrides, results))
-        for r in range(world_size)
-    ]
+    procs = [ctx.Process(target=target, args=(r, world_size, port, *args, results)) for r in range(world_size)]
     for p in procs:
         p.start()
     outcome = {}
     try:
         while len(outcome) < world_size:
             rank, value = results.get(timeout=RANK_TIMEOUT_S)
-            if isinstance(value, str):  # a traceback: the other ranks may wait in a collective forever
+            if isinstance(value, str):
                 pytest.fail(f"rank {rank} of {world_size} failed:\n{value}")
-            outcome[rank] = torch.load(io.BytesIO(value))
+            outcome[rank] = torch.load(io.BytesIO(value), weights_only=False)
     except queue_module.Empty:
-        pytest.fail(
-            f"ranks {sorted(set(range(world_size)) - set(outcome))} reported nothing in {RANK_TIMEOUT_S}s"
-        )
+        pytest.fail(f"ranks {sorted(set(range(world_size)) - set(outcome))} reported nothing in {RANK_TIMEOUT_S}s")
     finally:
         for p in procs:
             p.join(timeout=30 if len(outcome) == world_size else 1)  # after a failure, don't wait on the rest
             if p.is_alive():
                 p.kill()
     return [outcome[r] for r in range(world_size)]
+
+
+def run_update(world_size: int, model_path: str, overrides: list[str]) -> list[dict]:
+    """One actor update on ``world_size`` spawned gloo ranks; each rank's result, by rank."""
+    return spawn_ranks(worker_rank.run_rank, world_size, model_path, overrides)
 
 
 @pytest.fixture(scope="module")

@@ -349,15 +349,15 @@ def rank_rows(rank: int, world_size: int) -> list[int]:
     ]
 
 
-def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: list[str], queue) -> None:
-    """Build a ``TrainingWorker`` on this rank, run one actor update and put the outcome on ``queue``.
+def report(rank: int, queue, compute, *args) -> None:
+    """Run ``compute(rank, *args)`` and put ``(rank, torch.save bytes of its result)`` on ``queue``.
 
-    Puts ``(rank, torch.save bytes of the result)`` on success and ``(rank, traceback text)`` on
-    failure, so that the test reports a rank's error instead of waiting for it. Bytes, not tensors:
-    torch.multiprocessing would share tensors through file descriptors that vanish when the rank exits.
+    On failure, ``(rank, traceback text)``, so that the test reports a rank's error instead of
+    waiting for it. Bytes, not tensors: torch.multiprocessing would share tensors through file
+    descriptors that vanish when the rank exits. Every spawned rank of the veRL tests reports so.
     """
     try:
-        result = _update(rank, world_size, port, model_path, overrides)
+        result = compute(rank, *args)
         buffer = io.BytesIO()
         torch.save(result, buffer)
         queue.put((rank, buffer.getvalue()))
@@ -368,6 +368,11 @@ def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: 
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: list[str], queue) -> None:
+    """Build a ``TrainingWorker`` on this rank, run one actor update and ``report`` the outcome on ``queue``."""
+    report(rank, queue, _update, world_size, port, model_path, overrides)
 
 
 def _update(rank: int, world_size: int, port: int, model_path: str, overrides: list[str]) -> dict:
