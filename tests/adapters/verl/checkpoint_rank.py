@@ -57,21 +57,10 @@ class _Messages(logging.Handler):
 
 
 def _run(rank, world_size, port, model_path, overrides, plan) -> dict:
-    os.environ.update(
-        HF_HUB_OFFLINE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-        WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-    )
-    torch.set_num_threads(1)
-    base.install_cpu_platform()
+    base.join_cpu_group(rank, world_size, port)
     give_the_cpu_device_an_rng()
-    base.register_fsdp_engine_for_cpu()
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
-
-    from functools import partial
 
     from verl.utils import tensordict_utils as tu
-    from verl.workers.engine_workers import TrainingWorker
-    from verl.workers.utils import losses
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
     messages = _Messages()
@@ -79,11 +68,7 @@ def _run(rank, world_size, port, model_path, overrides, plan) -> dict:
     logger.addHandler(messages)
     logger.setLevel(logging.INFO)
 
-    arr = base.compose_actor_rollout_ref(model_path, overrides)
-    config, actor_config = base.training_worker_config(arr)
-    worker = TrainingWorker(config=config)
-    worker.reset()
-    worker.set_loss_fn(partial(losses.ppo_loss, config=actor_config))
+    worker, arr, actor_config = base.rlstab_training_worker(model_path, overrides)
     compiled = actor_config.policy_loss.rlstab_compiled
     params = dict(worker.engine.module.named_parameters())
 

@@ -27,29 +27,14 @@ def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: 
 
 
 def _run(rank, world_size, port, model_path, overrides, keep_entropy) -> dict:
-    os.environ.update(
-        HF_HUB_OFFLINE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-        WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-    )
-    torch.set_num_threads(1)
-    base.install_cpu_platform()
-    base.register_fsdp_engine_for_cpu()
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
-
-    from functools import partial
+    base.join_cpu_group(rank, world_size, port)
 
     from verl.utils import tensordict_utils as tu
-    from verl.workers.engine_workers import TrainingWorker
-    from verl.workers.utils import losses
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
     from rlstab.adapters.verl.step_scope import OLD_ENTROPY
 
-    arr = base.compose_actor_rollout_ref(model_path, overrides)
-    config, actor_config = base.training_worker_config(arr)
-    worker = TrainingWorker(config=config)
-    worker.reset()
-    worker.set_loss_fn(partial(losses.ppo_loss, config=actor_config))
+    worker, arr, actor_config = base.rlstab_training_worker(model_path, overrides)
     compiled = actor_config.policy_loss.rlstab_compiled
     calls = _record(compiled)
 

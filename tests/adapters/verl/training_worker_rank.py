@@ -375,7 +375,8 @@ def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: 
     report(rank, queue, _update, world_size, port, model_path, overrides)
 
 
-def _update(rank: int, world_size: int, port: int, model_path: str, overrides: list[str]) -> dict:
+def join_cpu_group(rank: int, world_size: int, port: int) -> bool:
+    """Make this process rank ``rank`` of a gloo group on veRL's CPU test platform; whether ``import verl`` loaded rlstab."""
     os.environ.update(
         HF_HUB_OFFLINE="1",
         MASTER_ADDR="127.0.0.1",
@@ -392,11 +393,13 @@ def _update(rank: int, world_size: int, port: int, model_path: str, overrides: l
     # the backend "cpu:gloo,<device>:<comm backend>"; with device cpu that is "cpu:gloo,cpu:gloo", which
     # torch rejects as a duplicate. It only initialises when no default group exists, so start one here.
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
+    return plugin_loaded
 
+
+def rlstab_training_worker(model_path: str, overrides: list[str]):
+    """``(worker, actor_rollout_ref config, actor config)``: a built ``TrainingWorker`` whose loss is verl's ``ppo_loss``."""
     from functools import partial
 
-    from torch.distributed.tensor import DTensor
-    from verl.utils import tensordict_utils as tu
     from verl.workers.engine_workers import TrainingWorker
     from verl.workers.utils import losses
 
@@ -406,7 +409,16 @@ def _update(rank: int, world_size: int, port: int, model_path: str, overrides: l
     worker.reset()  # builds model, optimizer and scheduler, as ActorRolloutRefWorker.init_model does
     # Looked up at call time: rlstab's adapter, loaded by `import verl`, replaces losses.ppo_loss.
     worker.set_loss_fn(partial(losses.ppo_loss, config=actor_config))
+    return worker, arr, actor_config
 
+
+def _update(rank: int, world_size: int, port: int, model_path: str, overrides: list[str]) -> dict:
+    plugin_loaded = join_cpu_group(rank, world_size, port)
+
+    from torch.distributed.tensor import DTensor
+    from verl.utils import tensordict_utils as tu
+
+    worker, arr, actor_config = rlstab_training_worker(model_path, overrides)
     params = dict(worker.engine.module.named_parameters())
     before = {k: p.full_tensor().detach().clone() for k, p in params.items()}
     batch = rollout_batch(model_path)[rank_rows(rank, world_size)]
