@@ -9,7 +9,7 @@ PY=$(command -v python3.11 || command -v python3)
 done_with() { if [ "${RLSTAB_PRUNE_ENVS:-0}" = 1 ]; then rm -rf "$1"; fi; }
 [ -x .venv-test/bin/python ] || "$PY" -m venv .venv-test
 .venv-test/bin/pip install -q --disable-pip-version-check torch==2.13.0
-.venv-test/bin/pip install -q --disable-pip-version-check -e ".[test,docs,demo]"
+.venv-test/bin/pip install -q --disable-pip-version-check -e ".[test,docs,demo,triton]"
 # The example plugin (a package of its own, found only through its rlstab.components entry point).
 .venv-test/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
 echo "== core tests"

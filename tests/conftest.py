@@ -1,9 +1,15 @@
 """Fixtures shared by the tests, and the ``--fuzz-long`` option of the fuzz campaigns."""
 
+import os
+
 import pytest
+import torch
 
 import fuzzing
 from batches import random_batch
+
+if not torch.cuda.is_available():  # before anything imports Triton: its kernels then run in its interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_addoption(parser):

@@ -4,10 +4,13 @@
   chunks of tokens, with a backward that recomputes each chunk's logits: the memory of a few
   chunks instead of several ``[N, V]`` tensors.
 - [`token_stats_from_logits`][rlstab.stats.token_stats_from_logits]: from logits the trainer
-  already has, in one chunked pass, without the log-softmax copy autograd would keep.
+  already has, in one pass, without the log-softmax copy autograd would keep: fused Triton
+  kernels for CUDA logits when Triton is installed (``rlstab.stats.triton``, imported only
+  then), chunked torch code on CPU, for float64, and on a GPU without Triton.
 
 Both return the entropy detached unless asked (``entropy_grad=True``), in float32 whatever the
-input dtype. Step-wide statistics of these values (exact quantiles across micro-batches and
+input dtype. The CPU path is the reference: the Triton kernels compute the same formulas and
+are tested against it. Step-wide statistics of these values (exact quantiles across micro-batches and
 ranks, and the approximate histogram mode) are [`rlstab.quantile`][rlstab.quantile].
 """
 

@@ -4,28 +4,93 @@ When the trainer's model returns the ``[..., V]`` logits anyway, the cost left i
 code does with them: ``log_softmax`` writes a second ``[..., V]`` tensor (and keeps it for
 backward), the entropy writes a softmax and a product of that size, and the backward writes a
 zero tensor for the gather and another for the log-softmax gradient.
-[`token_stats_from_logits`][rlstab.stats.token_stats_from_logits] reads the logits once per chunk
-of tokens into a cache-sized float32 buffer, keeps only each token's log-sum-exp, and in backward
-writes the gradient chunk by chunk straight into the one ``[..., V]`` tensor autograd needs.
+[`token_stats_from_logits`][rlstab.stats.token_stats_from_logits] keeps only a few numbers per
+token, and in backward writes the gradient straight into the one ``[..., V]`` tensor autograd
+needs. Where it runs:
+
+- CUDA logits (float16, bfloat16, float32) with Triton installed: fused Triton kernels
+  (``rlstab.stats.triton``), one program per token, one read of its logits in forward, one read
+  and one write of the gradient in backward.
+- CPU logits, float64 logits, or CUDA without Triton: torch, chunk by chunk of tokens through a
+  float32 buffer (about 16 MiB on CPU, to stay in the cache; 256 MiB on a GPU). The CPU path is
+  the reference the kernels are tested against.
 """
 
 from __future__ import annotations
+
+import functools
+import warnings
 
 from rlstab.lazy import torch
 from rlstab.stats._chunk import LOG2E, backward_chunk, forward_chunk
 from rlstab.stats.lm_head import _compute_dtype
 
 CHUNK_BYTES = 16 << 20
-"""Target size of one chunk's float32 buffer; ``chunk_size=None`` picks the rows from it."""
+"""Target size of one chunk's float32 buffer on CPU; ``chunk_size=None`` picks the rows from it."""
+
+GPU_CHUNK_BYTES = 256 << 20
+"""Target size of one chunk's float32 buffer on a GPU, where the torch path runs without Triton."""
 
 
-def default_chunk_rows(vocab: int, itemsize: int = 4) -> int:
-    """Rows per chunk so that a chunk of logits takes about ``CHUNK_BYTES`` in the compute dtype.
+def default_chunk_rows(vocab: int, itemsize: int = 4, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Rows per chunk so that a chunk of logits takes about ``chunk_bytes`` in the compute dtype.
 
-    Why this size: the chunk's half a dozen passes (copy, max, exp, sums) then run on memory that
-    stays in the last-level cache, while the logits themselves are read from memory once.
+    Why ``CHUNK_BYTES`` on CPU: the chunk's half a dozen passes (copy, max, exp, sums) then run on
+    memory that stays in the last-level cache, while the logits themselves are read from memory
+    once. On a GPU (``GPU_CHUNK_BYTES``) each pass is a kernel launch, and a chunk must hold enough
+    tokens to fill the card.
     """
-    return max(1, CHUNK_BYTES // max(1, vocab * itemsize))
+    return max(1, chunk_bytes // max(1, vocab * itemsize))
+
+
+@functools.cache
+def _triton_imports() -> bool:
+    """Whether the Triton kernels import (once per process; any failure means no)."""
+    try:
+        import rlstab.stats.triton  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "triton":
+            raise
+        return False
+    except Exception as e:  # a Triton too old or broken for the kernels: say so once, and run the torch path
+        warnings.warn(f"rlstab: the Triton kernels do not import ({type(e).__name__}: {e}); token statistics "
+                      "from logits run on the slower torch path", RuntimeWarning, stacklevel=3)
+        return False
+    return True
+
+
+def runs_fused(logits) -> bool:
+    """Whether [`token_stats_from_logits`][rlstab.stats.token_stats_from_logits] runs the fused
+    Triton kernels for these logits (CUDA, float16/bfloat16/float32, Triton installed).
+
+    Adapters ask it to keep the trainer's own function where rlstab would run its torch path on a
+    GPU, which is slower than the trainers' (``docs/gpu.md``). The device is looked at first, so
+    that CPU tensors never import Triton.
+    """
+    return _use_triton(logits)
+
+
+def _use_triton(logits) -> bool:
+    """CUDA logits of a dtype the kernels take, with Triton installed: the Triton path.
+
+    The device is looked at first, so that CPU tensors never import Triton.
+    """
+    return (
+        logits.device.type == "cuda"
+        and logits.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and _triton_imports()
+    )
+
+
+def _check_arguments(logits, labels, temperature, chunk_size) -> None:
+    """The argument checks of ``token_stats_from_logits``, shared with the Triton path."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    shape = logits.shape[:-1]
+    if labels is not None and labels.shape != shape:
+        raise ValueError(f"labels {tuple(labels.shape)} must be logits' shape without its last dimension {tuple(logits.shape)}")
 
 
 def _load(z: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -117,22 +182,31 @@ def token_stats_from_logits(
         labels: ``[...]`` (``logits.shape[:-1]``) token ids, or None for the entropy alone.
             ``ignore_index`` marks tokens without a label (log-probability 0, no gradient).
         temperature: the logits are divided by it (> 0), as trainers do before ``log_softmax``.
-        chunk_size: tokens per chunk; None: about 16 MiB of float32 logits per chunk
-            (``default_chunk_rows``).
+        chunk_size: tokens per chunk of the torch path; None: about 16 MiB of float32 logits per
+            chunk on CPU, 256 MiB on a GPU (``default_chunk_rows``). Ignored by the Triton path,
+            which has no chunks.
         entropy_grad: give the entropy a gradient (entropy bonus); detached by default.
         ignore_index: the label value of tokens without a label.
 
     Returns:
         ``(logprobs, entropy)`` of ``labels``' shape in float32 (``logprobs`` None without
         labels). ``logprobs`` carries the gradient to ``logits``.
+
+    Where it runs: CUDA logits in float16, bfloat16 or float32 go to fused Triton kernels when
+    Triton is installed (one read of the logits in forward, one read and one write of the
+    gradient in backward, no host synchronisation; there a label outside ``[0, V)`` gives a NaN
+    log-probability rather than an error). Everything else (CPU, float64, CUDA without Triton)
+    runs the chunked torch path, the reference. Both compute the same formulas, in float32
+    (float64 for float64 logits, on the torch path).
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    _check_arguments(logits, labels, temperature, chunk_size)
+    if _use_triton(logits):
+        from rlstab.stats.triton import token_stats_from_logits_triton
+
+        return token_stats_from_logits_triton(
+            logits, labels, temperature=temperature, entropy_grad=entropy_grad, ignore_index=ignore_index
+        )
     shape = logits.shape[:-1]
-    if labels is not None and labels.shape != shape:
-        raise ValueError(f"labels {tuple(labels.shape)} must be logits' shape without its last dimension {tuple(logits.shape)}")
     flat = logits.reshape(-1, logits.shape[-1])
     dtype = _compute_dtype(logits)
     if labels is None:
@@ -143,7 +217,9 @@ def token_stats_from_logits(
         keep = y != ignore_index
         y = torch.where(keep, y, torch.zeros((), dtype=y.dtype, device=y.device)).to(torch.int64)
         valid = keep.to(dtype)
-    chunk = chunk_size or default_chunk_rows(logits.shape[-1], torch.finfo(dtype).bits // 8)
+    chunk = chunk_size or default_chunk_rows(
+        logits.shape[-1], torch.finfo(dtype).bits // 8, CHUNK_BYTES if logits.device.type == "cpu" else GPU_CHUNK_BYTES
+    )
     temperature = float(temperature)
     needs_graph = torch.is_grad_enabled() and logits.requires_grad and (labels is not None or entropy_grad)
     if needs_graph:
