@@ -6,6 +6,7 @@ components only ever see these names and shapes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from rlstab.lazy import torch
@@ -180,9 +181,12 @@ class LossOutput:
 
     Attributes:
         loss: scalar float32 tensor to call ``backward()`` on.
-        metrics: plain floats, named ``<component>/<quantity>`` (for example
-            ``mask/s2t/silenced``, ``clip/high_fraction``), ready for any logger.
+        metrics: floats by name, ``<component>/<quantity>`` (for example ``mask/s2t/silenced``,
+            ``clip/high_fraction``), as a read-only mapping ([`Metrics`][rlstab.metrics.Metrics]):
+            on a GPU the values stay on the device until the first read, which transfers them all
+            at once and raises any check the call deferred. ``dict(out.metrics)`` is a plain dict
+            for any logger.
     """
 
     loss: torch.Tensor
-    metrics: dict[str, float]
+    metrics: Mapping[str, float]

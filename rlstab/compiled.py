@@ -33,15 +33,18 @@ from rlstab.advantages import Given
 from rlstab.aggregation import StepCounts
 from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.comm import Comm
+from rlstab.deferred import deferring
 from rlstab.errors import StateError
 from rlstab.explain import per_micro_batch
 from rlstab.lazy import torch
+from rlstab.metrics import Metrics
 from rlstab.non_finite import (
     extremes,
-    finite,
     non_finite_count,
+    with_padding_zeroed,
     without_bad_padding,
     without_bad_padding_on_every_rank,
+    zero_bad_padding,
 )
 from rlstab.objective import Objective
 from rlstab.quantile import Population
@@ -112,7 +115,15 @@ class CompiledObjective:
     the advantages take precedence and the rewards are ignored, unless a component reads them
     (``group_filter``); the compiled objective then warns once (``UserWarning``), not on every
     call. Padding rows (no response token) get advantage 0 and never enter the estimator.
+
+    Attributes:
+        defer_checks: whether a call leaves its checks to the metrics' read instead of reading
+            device values itself (see ``__call__``). None (default): on any device but the CPU,
+            where a read costs nothing and a bad input raises in the call. Tests set it to run the
+            GPU's path on CPU tensors.
     """
+
+    defer_checks: bool | None = None  # see the class docstring
 
     def __init__(self, objective: Objective):
         self.objective = objective
@@ -339,41 +350,53 @@ class CompiledObjective:
         """Step statistics, each micro-batch's per-mask keeps and kept tokens (reused by the own-step path),
         the state updates to commit once the step succeeded, and (``check``) the number of non-finite
         checked inputs over every micro-batch and rank (it rides on the counts' reduction)."""
-        step_level = fit_step_level(self.objective, tokens, comm)  # first: dropped groups become padding
-        advantage_state = self._set_step_advantages(tokens, comm)
-        hooks, pending = self._begin_step(tokens, comm, update_state)
-        thresholds = []
-        for mask in self.masks:
-            requests = [mask.quantile_request(t) for t in tokens]
-            if not tokens or requests[0] is None:
-                thresholds.append(None)
-                continue
-            several = isinstance(requests[0], list)  # a list of requests: keep() gets a tuple of thresholds
-            found = tuple(
-                Population([(v, inc) for v, inc, _ in chunks], comm).quantile(
-                    chunks[0][2], getattr(mask, "interpolation", "linear"), self.objective.quantile_mode
+        with deferring() as requirements:  # checks (a group id the step lacks) ride on the counts' transfer
+            step_level = fit_step_level(self.objective, tokens, comm)  # first: dropped groups become padding
+            advantage_state = self._set_step_advantages(tokens, comm)
+            hooks, pending = self._begin_step(tokens, comm, update_state)
+            thresholds = []
+            for mask in self.masks:
+                requests = [mask.quantile_request(t) for t in tokens]
+                if not tokens or requests[0] is None:
+                    thresholds.append(None)
+                    continue
+                several = isinstance(requests[0], list)  # a list of requests: keep() gets a tuple of thresholds
+                found = tuple(
+                    Population([(v, inc) for v, inc, _ in chunks], comm).quantile(
+                        chunks[0][2], getattr(mask, "interpolation", "linear"), self.objective.quantile_mode
+                    )
+                    for chunks in (zip(*requests) if several else [requests])
                 )
-                for chunks in (zip(*requests) if several else [requests])
-            )
-            thresholds.append(found if several else found[0])
-        masked, local = [], torch.zeros(5 if self.objective.dual_stream is None else 9, dtype=torch.float64)
-        max_length = 0
-        for t in tokens:
-            keeps = self._mask_keeps(t, thresholds)
-            kept = _kept(t, keeps)
-            masked.append((keeps, kept))
-            valid_rows, kept_rows = t.valid.sum(-1), kept.sum(-1)
-            sums = [valid_rows.sum(), kept_rows.sum(), (valid_rows > 0).sum(), (kept_rows > 0).sum()]
-            sums.append(non_finite_count(t.batch, self._checked_fields(t.batch)) if check else torch.zeros((), device=t.valid.device))
-            if self.objective.dual_stream is not None:  # the branch stream's own denominators
-                branch = t.batch.is_branch.to(valid_rows.dtype)
-                sums += [(valid_rows * branch).sum(), (kept_rows * branch).sum(), ((valid_rows > 0) * branch).sum(),
-                         ((kept_rows > 0) * branch).sum()]
-            local += torch.stack([s.to(torch.float64) for s in sums]).to(device="cpu")
-            max_length = max(max_length, t.valid.shape[-1])
-        device = tokens[0].valid.device if tokens else torch.device("cpu")
-        totals = comm.sum(local.to(device)).tolist()
-        max_length = int(comm.max(torch.tensor(max_length, device=device)))
+                thresholds.append(found if several else found[0])
+            device = tokens[0].valid.device if tokens else torch.device("cpu")
+            masked, local = [], torch.zeros(5 if self.objective.dual_stream is None else 9, dtype=torch.float64, device=device)
+            max_length = 0
+            for t in tokens:
+                keeps = self._mask_keeps(t, thresholds)
+                kept = _kept(t, keeps)
+                masked.append((keeps, kept))
+                valid_rows, kept_rows = t.valid.sum(-1), kept.sum(-1)
+                sums = [valid_rows.sum(), kept_rows.sum(), (valid_rows > 0).sum(), (kept_rows > 0).sum()]
+                sums.append(non_finite_count(t.batch, self._checked_fields(t.batch)) if check else torch.zeros((), device=device))
+                if self.objective.dual_stream is not None:  # the branch stream's own denominators
+                    branch = t.batch.is_branch.to(valid_rows.dtype)
+                    sums += [(valid_rows * branch).sum(), (kept_rows * branch).sum(), ((valid_rows > 0) * branch).sum(),
+                             ((kept_rows > 0) * branch).sum()]
+                local = local + torch.stack([s.to(torch.float64) for s in sums])
+                max_length = max(max_length, t.valid.shape[-1])
+            totals = comm.sum(local)
+            if comm.distributed:  # the longest response over ranks rides on the same transfer
+                longest = comm.max(torch.full((1,), max_length, dtype=torch.float64, device=device))
+                totals = torch.cat([totals, longest])
+            totals = torch.cat([totals] + [holds.reshape(1).to(torch.float64) for holds, _ in requirements])
+        # Host sync: the step's denominators and the input check, all in one transfer (once per gather).
+        totals = totals.tolist()
+        for (_, error), holds in zip(requirements, totals[len(totals) - len(requirements):]):
+            if not holds:
+                raise error()
+        del totals[len(totals) - len(requirements):]
+        if comm.distributed:
+            max_length = int(totals.pop())
         counts = StepCounts(*totals[:4], max_length=max_length, world_size=comm.world_size)
         branch_counts = None
         if self.objective.dual_stream is not None:
@@ -439,14 +462,44 @@ class CompiledObjective:
         fingerprint); any other raises ``BatchError``. Without ``step`` the micro-batch is its
         own step, and stateful components advance by one step once the loss is computed (not at
         all when it raises).
+
+        On a GPU (see ``defer_checks``) the metrics stay on the device until they are read. With
+        ``step``, the call then reads nothing on the host: the input checks (a non-finite value on
+        a valid token, a group id the step did not have) raise at the metrics' read instead of
+        here. Without ``step``, it reads what its own step's statistics need (``docs/gpu.md``
+        lists those reads).
         """
+        defer = self._defers(batch)
         if step is not None:
             self._check_step(step)
-        out, pending = self._call(batch, step)
-        if not isinstance(out, LossOutput):  # non-finite inputs: zero those on padding (or raise) and redo the step
-            out, pending = self._call(without_bad_padding(batch, out), step)
-            assert isinstance(out, LossOutput), "non-finite inputs remained after zeroing the padding"
+            if defer and isinstance(batch, TokenBatch):
+                return self._call_deferred(batch, step)
+        with deferring(defer) as requirements:
+            deferred = (requirements, None) if defer else None  # None: inputs checked by the own step's gather
+            out, pending = self._call(batch, step, deferred)
+            if not isinstance(out, LossOutput):  # non-finite inputs: zero those on padding (or raise) and redo the step
+                out, pending = self._call(without_bad_padding(batch, out), step, deferred)
+                assert isinstance(out, LossOutput), "non-finite inputs remained after zeroing the padding"
         self._commit(pending)
+        return out
+
+    def _defers(self, batch: TokenBatch) -> bool:
+        if self.defer_checks is not None:
+            return self.defer_checks
+        return isinstance(batch, TokenBatch) and batch.logprobs.device.type != "cpu"
+
+    def _call_deferred(self, batch: TokenBatch, step: StepStats) -> LossOutput:
+        """A frozen-step call without a host synchronisation: padding zeroed up front (so a NaN there changes
+        nothing, as on the checked path), every check left to the metrics' read."""
+        checked = self._checked_fields(batch)
+
+        def first_offence() -> Exception:  # called at the read, only when a valid token's value is not finite
+            _, offences = zero_bad_padding(batch, checked)
+            name, count, where = offences[0]
+            return FloatingPointError(f"TokenBatch.{name} has {count} {where}")
+
+        with deferring() as requirements:
+            out, _ = self._call(with_padding_zeroed(batch, checked), step, (requirements, first_offence))
         return out
 
     def _check_step(self, step: StepStats) -> None:
@@ -459,17 +512,22 @@ class CompiledObjective:
                 "with the objective whose loss you compute"
             )
 
-    def _call(self, batch: TokenBatch, step: StepStats | None) -> tuple[LossOutput | list[str], dict]:
+    def _call(
+        self, batch: TokenBatch, step: StepStats | None, deferred: tuple | None = None
+    ) -> tuple[LossOutput | list[str], dict]:
         t = self._tokens(batch)
         pending = {}
         if step is None:
-            step, ((keeps, kept),), pending, _ = self._gather_tokens([t], Comm(distributed=False))
+            own_check = deferred is not None  # the inputs' check rides on the step counts' transfer
+            step, ((keeps, kept),), pending, non_finite = self._gather_tokens([t], Comm(distributed=False), check=own_check)
+            if non_finite:
+                return self._checked_fields(batch), pending
         else:
             step.step_level.restrict(t)
             self._set_micro_batch_advantages(t, step)
             keeps = self._mask_keeps(t, step.thresholds)
             kept = _kept(t, keeps)
-        return self._loss(batch, t, step, keeps, kept), pending
+        return self._loss(batch, t, step, keeps, kept, deferred), pending
 
     def _set_micro_batch_advantages(self, t: Tokens, step: StepStats) -> None:
         batch = t.batch
@@ -489,20 +547,29 @@ class CompiledObjective:
             return agg.scale(step.counts, row_tokens)
         main = _minus(step.counts, step.branch_counts)
         lam = self.objective.dual_stream.branch_weight
-        as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=row_tokens.device)  # noqa: E731
+        def as_tensor(x):  # a float32 tensor without a host-to-device copy (a fill)
+            return x if isinstance(x, torch.Tensor) else torch.full((), x, dtype=torch.float32, device=row_tokens.device)
+
         main_scale, branch_scale = as_tensor(agg.scale(main, row_tokens)), as_tensor(agg.scale(step.branch_counts, row_tokens))
         return torch.where(t.batch.is_branch.unsqueeze(-1), lam * branch_scale, main_scale)
 
-    def _loss(self, batch: TokenBatch, t: Tokens, step: StepStats, keeps, kept) -> LossOutput | list[str]:
-        """The loss and metrics; the list of checked fields instead when an input is not finite."""
+    def _loss(
+        self, batch: TokenBatch, t: Tokens, step: StepStats, keeps, kept, deferred: tuple | None = None
+    ) -> LossOutput | list[str]:
+        """The loss and metrics; the list of checked fields instead when an input is not finite.
+
+        ``deferred``: ``(requirements, input_error)`` of a deferred call: the inputs' finiteness (failing
+        with ``input_error()``) joins the deferred checks, all left to the metrics' read. Without it
+        everything is read here, with the metrics.
+        """
         obj = self.objective
         counts = step.counts
         names: list[str] = []
-        values: list[torch.Tensor] = []
+        values: list[torch.Tensor | float] = []
 
         def metric(name: str, value) -> None:
             names.append(name)
-            values.append(value if isinstance(value, torch.Tensor) else torch.tensor(float(value)))
+            values.append(value)  # a 0-d tensor stays on its device, a number on the host, until read
 
         n_valid = t.valid.sum()
         n_valid_safe = n_valid.clamp(min=1.0)
@@ -575,20 +642,32 @@ class CompiledObjective:
         if t.entropy is not None:
             metric("entropy/mean", torch.dot(valid_flat, t.entropy.reshape(-1)) / n_valid_safe)
 
-        # Input checks ride on the metrics' host transfer: one sync per micro-batch.
+        names.append("loss")
+        values.append(loss)
+        if deferred is not None:  # read with the metrics, whenever they are read
+            requirements, input_error = deferred
+            inputs_finite = None if input_error is None else _inputs_finite(batch, self._checked_fields(batch))
+            if inputs_finite is not None:
+                requirements.append((inputs_finite, input_error))
+            return LossOutput(loss=loss, metrics=Metrics(names, values, requirements))
         checked = self._checked_fields(batch)
-        device = t.valid.device
-        host = [v.detach().to(device, torch.float32).reshape(()) for v in values + [loss] + extremes(batch, checked)]
-        host = torch.stack(host)
-        host = host.tolist()
-        if not all(map(finite, host[len(names) + 1 :])):
+        inputs_finite = _inputs_finite(batch, checked)  # rides on the metrics' transfer
+        metrics = Metrics(names, values, [] if inputs_finite is None else [(inputs_finite, _NonFiniteInputs)])
+        try:
+            metrics.read()  # one host synchronisation per micro-batch (free on the CPU)
+        except _NonFiniteInputs:
             return checked
-        metrics = dict(zip(names, host[: len(names)]))
-        metrics["loss"] = host[len(names)]
-        if not finite(metrics["loss"]):
-            raise FloatingPointError(f"the loss is not finite although every input is; metrics: {metrics}")
         return LossOutput(loss=loss, metrics=metrics)
 
+
+def _inputs_finite(batch: TokenBatch, fields: list[str]) -> torch.Tensor | None:
+    """0-d bool: every value of ``fields`` is finite (min and max of each field are finite iff every value is)."""
+    bounds = extremes(batch, fields)
+    return torch.isfinite(torch.stack([b.to(torch.float32) for b in bounds])).all() if bounds else None
+
+
+class _NonFiniteInputs(Exception):
+    """An input of the checked path is not finite: the call zeroes the padding (or raises) and runs again."""
 
 
 def _responses(batch: TokenBatch) -> torch.Tensor:

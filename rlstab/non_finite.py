@@ -70,6 +70,24 @@ def zero_bad_padding(batch: TokenBatch, fields: list[str]) -> tuple[TokenBatch, 
     return TokenBatch(**kept), offences
 
 
+def with_padding_zeroed(batch: TokenBatch, fields: list[str]) -> TokenBatch:
+    """``batch`` with every floating value of ``fields`` on padding set to 0, reading nothing on the host.
+
+    Where [`zero_bad_padding`][rlstab.non_finite.zero_bad_padding] looks for the non-finite values
+    first (host reads), this writes a ``where`` per field unconditionally: a NaN on padding can then
+    change nothing, and what is left non-finite is on valid tokens (the deferred check's business).
+    Gradients flow through to the original tensors (0 on padding).
+    """
+    mask = batch.response_mask
+    rows = mask.any(-1)
+    kept = {f: getattr(batch, f) for f in batch.__dataclass_fields__}
+    for name in fields:
+        value = kept[name]
+        if value is not None and value.is_floating_point():
+            kept[name] = torch.where(rows if value.dim() == 1 else mask, value, 0.0)
+    return TokenBatch(**kept)
+
+
 def without_bad_padding(batch: TokenBatch, fields: list[str]) -> TokenBatch:
     """``batch`` with non-finite padding zeroed; ``FloatingPointError`` for a non-finite valid value."""
     cleaned, offences = zero_bad_padding(batch, fields)

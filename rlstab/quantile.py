@@ -53,7 +53,16 @@ def _sortable_key(values: torch.Tensor) -> torch.Tensor:
     return (bits >> 31).bitwise_and_(0x7FFFFFFF).bitwise_xor_(bits)
 
 
-def _key_to_value(key: int) -> torch.Tensor:
+def _at(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[index]`` for a 0-d index tensor (clamped to ``x``), without reading it on the host as ``x[index]`` does."""
+    return x.index_select(0, index.clamp(0, x.numel() - 1).reshape(1)).reshape(())
+
+
+def _key_to_value(key: int | torch.Tensor) -> torch.Tensor:
+    """The float32 value of a sortable key: a Python int (a CPU tensor), or a 0-d int64 tensor (on its device)."""
+    if isinstance(key, torch.Tensor):
+        key = key.to(torch.int32).reshape(1)
+        return (key ^ ((key >> 31) & 0x7FFFFFFF)).view(torch.float32)[0]
     bits = key ^ ((key >> 31) & 0x7FFFFFFF)
     return torch.tensor([bits], dtype=torch.int32).view(torch.float32)[0]
 
@@ -65,21 +74,39 @@ class Population:
     members. Chunks are typically micro-batches; ``comm`` spans data-parallel ranks. Populations of
     at most ``SORT_LIMIT`` members are gathered and sorted (cheaper than two histograms at that
     size); larger ones use the radix selection.
+
+    Host reads. The population's size is read once (one synchronisation with a GPU): a quantile's
+    rank depends on it. Everything else stays on the device, on any device but the CPU
+    (``ON_DEVICE``): the members of a small population are taken by ``topk`` (at most
+    ``SORT_LIMIT`` per chunk) instead of a boolean index, the histograms are ``scatter_add``
+    (``bincount`` reads its input's maximum), and the radix selection's bins are found by
+    ``searchsorted`` on 0-d tensors. On the CPU, where a read costs nothing, the host path
+    (boolean index, ``bincount``, bins as Python ints) is faster, and gives the same values.
+    Across ranks, a small population's members are gathered as on the CPU (boolean index; the
+    gather exchanges their counts, a read anyway), so that at most ``SORT_LIMIT`` values travel.
     """
 
     SORT_LIMIT = 8192  # measured on CPU: sorting wins below ~8k values, radix above
+    ON_DEVICE: bool | None = None  # selection on the device (True), bins read on the host (False), None: by the values' device
 
     def __init__(self, chunks: Sequence[tuple[torch.Tensor, torch.Tensor]], comm: Comm | None = None):
         comm = comm or Comm(distributed=False)
         self._reduce = comm.sum
         self._device = chunks[0][0].device if chunks else torch.device("cpu")
+        self._on_device = self._device.type != "cpu" if self.ON_DEVICE is None else self.ON_DEVICE
         values = [v.detach().to(torch.float32).reshape(-1) for v, _ in chunks]
         include = [inc.reshape(-1) for _, inc in chunks]
-        local = sum((int(torch.count_nonzero(inc)) for inc in include), 0)
-        self.size = int(comm.sum(torch.tensor(local, device=self._device)))
+        local = torch.zeros((), dtype=torch.int64, device=self._device)
+        for inc in include:
+            local = local + torch.count_nonzero(inc)
+        self.size = int(comm.sum(local))  # host sync: the size fixes the quantile's rank
         self._sorted = None
         if self.size <= self.SORT_LIMIT:
-            members = [v[inc] for v, inc in zip(values, include)]
+            if self._on_device and not comm.distributed:  # every member, and +inf after them: no size read per chunk
+                members = [torch.where(inc, v, math.inf).topk(min(self.size, v.numel()), largest=False).values
+                           for v, inc in zip(values, include)]
+            else:
+                members = [v[inc] for v, inc in zip(values, include)]
             gathered = comm.cat(torch.cat(members) if members else torch.zeros(0, device=self._device))
             self._sorted = gathered.sort().values
             return
@@ -90,10 +117,17 @@ class Population:
         for v, inc in zip(values, include):
             key = _sortable_key(v)
             high_bin = (key >> 16).add_(_BINS // 2 + 1).mul_(inc.to(torch.int32))
-            high += torch.bincount(high_bin, minlength=_BINS + 1)[1:]
+            high += self._histogram(high_bin, _BINS + 1)[1:]
             self._chunks.append((key, high_bin))
         self._cum_high = torch.cumsum(self._reduce(high), 0)
         self._cum_low: dict[int, torch.Tensor] = {}  # high bin -> cumulative low histogram of its members
+
+    def _histogram(self, bins: torch.Tensor, size: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """int64 counts of ``bins`` (values in ``[0, size)``), each counted with its 0/1 weight."""
+        if not self._on_device and weights is None:
+            return torch.bincount(bins, minlength=size)
+        counts = torch.zeros(size, dtype=torch.int64, device=bins.device)
+        return counts.scatter_add_(0, bins.to(torch.int64), torch.ones_like(bins, dtype=torch.int64) if weights is None else weights)
 
     def order_statistic(self, k: int, mode: str = "exact") -> torch.Tensor:
         """The k-th smallest member (0-based) as a float32 0-d tensor: exactly, or within its
@@ -104,6 +138,8 @@ class Population:
             raise IndexError(f"order statistic {k} out of range for {self.size} values")
         if self._sorted is not None:
             return self._sorted[k]
+        if self._on_device:
+            return self._order_statistic_on_device(k, mode)
         target = torch.tensor(k, dtype=torch.int64, device=self._device)
         hi_bin = int(torch.searchsorted(self._cum_high, target, right=True))
         below = int(self._cum_high[hi_bin - 1]) if hi_bin > 0 else 0
@@ -119,6 +155,24 @@ class Population:
         lo_bin = int(torch.searchsorted(cum_low, target - below, right=True))
         key = ((hi_bin - _BINS // 2) << 16) | lo_bin
         return _key_to_value(key).to(self._device)
+
+    def _order_statistic_on_device(self, k: int, mode: str) -> torch.Tensor:
+        """``order_statistic`` with the bins as 0-d device tensors: no host read (the second pass
+        weighs every value by its membership of the bin instead of compacting the members)."""
+        target = torch.full((), k, dtype=torch.int64, device=self._device)
+        hi_bin = torch.searchsorted(self._cum_high, target, right=True)
+        below = torch.where(hi_bin > 0, _at(self._cum_high, hi_bin - 1), 0)
+        first = (hi_bin - _BINS // 2) << 16  # the bin's smallest key
+        if mode == "histogram":
+            count = _at(self._cum_high, hi_bin) - below
+            ends = _key_to_value(first), _key_to_value(first | 0xFFFF)
+            fraction = ((target - below).to(torch.float64) + 0.5) / count.to(torch.float64)
+            return (ends[0].to(torch.float64) + fraction * (ends[1].to(torch.float64) - ends[0].to(torch.float64))).to(torch.float32)
+        low = torch.zeros(_BINS, dtype=torch.int64, device=self._device)
+        for key, high_bin in self._chunks:
+            low += self._histogram((key & 0xFFFF).to(torch.int64), _BINS, (high_bin == hi_bin + 1).to(torch.int64))
+        lo_bin = torch.searchsorted(torch.cumsum(self._reduce(low), 0), target - below, right=True)
+        return _key_to_value(first | lo_bin)
 
     def _within_bin(self, hi_bin: int, rank: int, count: int) -> torch.Tensor:
         """The rank-th of ``count`` members of a high bin, placed linearly between the bin's ends.
@@ -152,7 +206,7 @@ class Population:
         lo, hi = self.order_statistic(lo_rank, mode), self.order_statistic(hi_rank, mode)
         if interpolation == "midpoint":
             return torch.lerp(lo, hi, 0.5)
-        return torch.lerp(lo, hi, torch.tensor(frac, dtype=torch.float32, device=lo.device))
+        return torch.lerp(lo, hi, torch.full((), frac, dtype=torch.float32, device=lo.device))
 
 
 def quantile(

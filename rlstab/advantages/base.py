@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rlstab.components import Component
+from rlstab.deferred import require
 from rlstab.lazy import torch
 
 
@@ -41,7 +42,7 @@ class GroupTable:
         ``responses``: ``[B]`` bool, False on padding rows, which are left out (None: every row counts).
         A group of padding rows only gets mean 0 and std 1 too; no response reads it.
         """
-        keys, inverse = torch.unique(group_ids, sorted=True, return_inverse=True)
+        keys, inverse = torch.unique(group_ids, sorted=True, return_inverse=True)  # host sync: the number of groups
         rewards = rewards.to(torch.float32)
         if responses is None:
             count = torch.bincount(inverse, minlength=keys.numel()).to(torch.float32)
@@ -71,9 +72,12 @@ class GroupTable:
         found = self.keys[idx] == group_ids
         if responses is not None:
             found = found | ~responses
-        if not bool(found.all()):
-            missing = group_ids[~found].unique().tolist()[:5]
-            raise ValueError(f"group_ids {missing} were not in the step the advantages were fitted on")
+
+        def missing() -> ValueError:
+            ids = group_ids[~found].unique().tolist()[:5]
+            return ValueError(f"group_ids {ids} were not in the step the advantages were fitted on")
+
+        require(found.all(), missing)  # in a deferring loss call: raised when its metrics are read
         return idx
 
     def rows(self, group_ids: torch.Tensor, responses: torch.Tensor | None = None):

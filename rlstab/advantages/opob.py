@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -72,6 +72,8 @@ class OPOBState:
     baseline: torch.Tensor
     population_std: torch.Tensor
     weight_ess: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+    """``step_metrics``, computed once when the step is fitted (their sizes depend on which groups have responses)."""
 
 
 class OffPolicyOptimalBaseline(AdvantageEstimator):
@@ -184,7 +186,8 @@ class OffPolicyOptimalBaseline(AdvantageEstimator):
             stds.append(v.std(unbiased=False) if v.numel() else v.new_zeros(()))
             ess.append(_ess_fraction(w))
         stack = lambda xs: torch.stack(xs) if xs else torch.zeros(0, dtype=torch.float64)  # noqa: E731 (a step of no group)
-        return OPOBState(table, stack(baselines), stack(stds), stack(ess))
+        state = OPOBState(table, stack(baselines), stack(stds), stack(ess))
+        return replace(state, metrics=self._metrics(state))
 
     def apply(self, stats: OPOBState, rewards, group_ids, responses=None):
         rewards = rewards.to(torch.float64)
@@ -203,7 +206,11 @@ class OffPolicyOptimalBaseline(AdvantageEstimator):
         """Mean over the step's scopes of the baseline, its gap to the plain group mean, and the weights' ESS fraction.
 
         Scopes without a response (a group of padding rows) are left out: padding changes no metric.
+        Computed when the step is fitted: each micro-batch's loss reports them without reading the device.
         """
+        return stats.metrics
+
+    def _metrics(self, stats: OPOBState) -> dict[str, float]:
         baseline, ess = stats.baseline, stats.weight_ess
         if self.scope == "group":
             responded = stats.table.count > 0

@@ -32,9 +32,9 @@ class HighEntropyClip(Component):
 
 def _row_quantile(values: torch.Tensor, valid: torch.Tensor, q: float) -> torch.Tensor:
     """``[B, 1]`` linear-interpolation q-quantile of each row's valid values (+inf for an empty row)."""
-    inf = torch.tensor(float("inf"), device=values.device)
+    inf = float("inf")
     if values.shape[-1] == 0:  # no token at all (T = 0): every row is empty
-        return inf.expand(values.shape[0], 1).to(values.dtype)
+        return torch.full((values.shape[0], 1), inf, dtype=values.dtype, device=values.device)
     ordered = torch.where(valid, values, inf).sort(dim=-1).values
     n = valid.sum(-1, keepdim=True)
     pos = (n - 1).clamp(min=0).to(torch.float64) * q

@@ -168,7 +168,7 @@ class BAPO(Surrogate):
         if sums is None:
             value = (self.lower_start, self.upper_start, 0.0)
         else:
-            totals = sums.tolist()
+            totals = sums.tolist()  # host sync: the bounds are searched, and kept, on the host
             positive, negative = totals[: len(uppers)], totals[len(uppers) :]
             i, j = self._search(positive, negative)
             p, n = positive[i], negative[j]

@@ -88,6 +88,8 @@ class ClipCov(Surrogate):
         clipped = (-adv * torch.clamp(r, 1.0 - self.eps_low, 1.0 + self.eps_high)) > (-adv * r)
         cov = token_covariance(t)
         candidates = valid & ~clipped & (cov > self.cov_low) & (cov < self.cov_high)
+        # Host syncs (on a GPU, in every call): the candidates' number and the micro-batch's N size the
+        # authors' draw, randperm(n)[:k] on the CPU generator, which the method reproduces exactly.
         where = torch.nonzero(candidates)  # row-major
         drawn = torch.zeros_like(t.valid)
         n = len(where)

@@ -55,6 +55,8 @@ class KLCov(Surrogate):
         """``[B, T]`` float, 1.0 on the top-k valid tokens by covariance."""
         valid = t.valid_bool
         selected = torch.zeros(t.valid.shape, device=t.valid.device)  # row-major: view(-1)[i] is the i-th token
+        # Host syncs (on a GPU, in every call): the micro-batch's valid tokens, as veRL selects them, size the
+        # top-k, k = max(floor(f N), 1).
         adv, logp = t.advantages[valid], t.logprobs[valid]  # row-major, as veRL
         n = adv.numel()
         if n == 0:

@@ -281,7 +281,7 @@ def _step_keeps(loss_fn: CompiledObjective, batch: TokenBatch) -> tuple[list[tor
     """Each mask's ``keep`` on ``batch`` as one step, the step statistics, and the compiled loss's metrics."""
     objective = loss_fn.objective
     stats = loss_fn.gather([batch], distributed=False)
-    metrics = loss_fn(batch, step=stats).metrics
+    metrics = dict(loss_fn(batch, step=stats).metrics)
     t = Tokens.from_batch(batch, objective.log_ratio_clamp)
     if stats.advantage is not None:
         t.set_advantages(objective.advantage.apply(

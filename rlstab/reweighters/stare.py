@@ -181,7 +181,7 @@ class STARE(Reweighter):
         state = dict(self.initial_state() if state is None else state)
         if sums is None:  # a step without micro-batches: as a step without valid tokens, nothing moves
             return dict(state), state
-        entropy_sum, count = (float(x) for x in sums.tolist())
+        entropy_sum, count = (float(x) for x in sums.tolist())  # host sync: the controller's state is host numbers
         if count > 0 and math.isfinite(entropy_sum):
             h_bar = entropy_sum / count
             state["H_bar"] = h_bar

@@ -19,6 +19,7 @@ def uniform_groups(rewards: torch.Tensor, group_ids: torch.Tensor, responses: to
 
 def group_summary(rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None):
     """The uniform groups' ids, and the number of groups with at least one response that is not padding."""
+    # Host syncs: the number of groups, and which groups drop (the rows the step keeps).
     keys, inverse = torch.unique(group_ids.to(torch.int64), sorted=True, return_inverse=True)
     r = rewards.to(torch.float64)
     r_high = r_low = r

@@ -17,7 +17,7 @@ def effective_sample_size(log_weights: torch.Tensor) -> float:
         return 0.0
     lw = log_weights.detach().to(torch.float64)
     lw = lw - lw.max()
-    return float(torch.exp(lw).sum() ** 2 / torch.exp(2.0 * lw).sum())
+    return float(torch.exp(lw).sum() ** 2 / torch.exp(2.0 * lw).sum())  # host sync: the optimizer's learning rate is a number
 
 
 def ess_lr_scale(log_weights: torch.Tensor, rule: str = "sqrt", base_ratio: float = 1.0) -> tuple[float, float]:

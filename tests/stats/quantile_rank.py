@@ -59,6 +59,13 @@ def local_results(rank: int | None):
     for name, inc in (("radix", include), ("sorted", small)):
         population = Population([(x[lo:hi], inc[lo:hi]) for lo, hi in splits], Comm())  # over the ranks when distributed
         results[name] = (population.size, quantiles(population))
+    Population.ON_DEVICE = True  # the GPU's selection (bins as device tensors), here on CPU tensors
+    try:
+        for name, inc in (("radix", include), ("sorted", small)):
+            population = Population([(x[lo:hi], inc[lo:hi]) for lo, hi in splits], Comm())
+            results[f"{name} on device"] = (population.size, quantiles(population))
+    finally:
+        Population.ON_DEVICE = None
     return results
 
 

@@ -53,6 +53,15 @@ def test_population_quantiles_equal_one_process(two_ranks, path):
         assert got == expected  # exact float equality, every q, interpolation and mode
 
 
+@pytest.mark.parametrize("path", ["radix", "sorted"])
+def test_device_selection_over_ranks_equals_one_process(two_ranks, path):
+    # The selection a GPU runs (Population.ON_DEVICE) gives, over two ranks, the one-process host values.
+    results, quantile_rank = two_ranks
+    size, expected = quantile_rank.local_results(None)[path]
+    for rank in (0, 1):
+        assert results[rank][0][f"{path} on device"] == (size, expected)
+
+
 def test_exact_quantiles_match_torch(two_ranks):
     _, quantile_rank = two_ranks
     x, include = quantile_rank.values()

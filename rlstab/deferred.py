@@ -1,0 +1,54 @@
+"""Checks of device values that need not stop the host: raised now on the CPU, at the metrics' read on a GPU.
+
+A check such as "every group id of this micro-batch was in the step" reads a device value. On a
+GPU, reading it (``bool(tensor)``) makes the CPU wait until every queued kernel has run, inside
+the loss call, before the trainer can queue its backward. So inside a loss call that defers its
+checks (a frozen-step call on a GPU: [`CompiledObjective`][rlstab.CompiledObjective]),
+[`require`][rlstab.deferred.require] only records the condition; the loss's
+[`Metrics`][rlstab.metrics.Metrics] read all of them with the metrics themselves, in the one
+transfer that reading the metrics makes, and raise the first that failed. Everywhere else (the
+CPU, a step's gather, code outside a loss) ``require`` checks at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from rlstab.lazy import torch
+
+Requirement = tuple["torch.Tensor", Callable[[], Exception]]
+"""``(holds, error)``: a 0-d bool tensor, and what to raise when it is False."""
+
+_PENDING: ContextVar[list[Requirement] | None] = ContextVar("rlstab_deferred_requirements", default=None)
+
+
+def require(holds: torch.Tensor, error: Callable[[], Exception]) -> None:
+    """Raise ``error()`` unless ``holds`` (a 0-d bool tensor) is True: at once, or, within
+    [`deferring`][rlstab.deferred.deferring], when the loss's metrics are read.
+
+    ``error`` is called only when the check failed, so its message may read tensors (the
+    offending values) at no cost on the usual path.
+    """
+    pending = _PENDING.get()
+    if pending is None:
+        if not bool(holds):  # host sync: outside a deferring loss call
+            raise error()
+    else:
+        pending.append((holds, error))
+
+
+@contextmanager
+def deferring(active: bool = True) -> Iterator[list[Requirement]]:
+    """Within it (when ``active``), [`require`][rlstab.deferred.require] records instead of checking;
+    yields the list it records into."""
+    if not active:
+        yield []
+        return
+    pending: list[Requirement] = []
+    token = _PENDING.set(pending)
+    try:
+        yield pending
+    finally:
+        _PENDING.reset(token)

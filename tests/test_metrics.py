@@ -1,0 +1,116 @@
+"""LossOutput.metrics (rlstab.metrics.Metrics) and the checks a frozen-step call leaves to their read (rlstab.deferred)."""
+
+import math
+
+import pytest
+import torch
+
+import rlstab
+from rlstab import TokenBatch
+from rlstab.deferred import deferring, require
+from rlstab.metrics import Metrics
+from rlstab.testing.syncs import host_syncs
+
+
+def batch(old_pad=0.0, old_valid=None, group_ids=(0, 0, 1, 1)):
+    # 4 responses x 3 tokens; row 3 has one valid token, the rest of row 3 is padding.
+    logprobs = torch.tensor([[-0.5, -1.0, -2.0], [-0.1, -0.2, -0.3], [-1.5, -0.5, -0.7], [-0.9, 0.0, 0.0]])
+    old = logprobs.clone() - 0.05
+    old[3, 1:] = old_pad
+    if old_valid is not None:
+        old[0, 1] = old_valid
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    return TokenBatch(
+        logprobs=logprobs.requires_grad_(), old_logprobs=old, response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]), group_ids=torch.tensor(group_ids),
+    )
+
+
+def grpo(defer=True):
+    loss_fn = rlstab.load("grpo").compile()
+    loss_fn.defer_checks = defer
+    return loss_fn
+
+
+def test_values_are_read_once_all_together_and_rounded_to_float32():
+    m = Metrics(["a", "b", "loss"], [torch.tensor(0.25), 0.1, torch.tensor(2.0, dtype=torch.float64)])
+    assert repr(m) == "Metrics(<3 values not read yet>)"
+    with host_syncs() as syncs:
+        plain = dict(m)
+        m["a"], len(m), list(m)  # later reads: no transfer
+    assert len(syncs) == 1  # one stacked transfer for every tensor
+    # 0.1 is not a float32: the number a float32 loss would report is 0.100000001490116...
+    assert plain == {"a": 0.25, "b": 0.10000000149011612, "loss": 2.0}
+    assert type(plain) is dict and list(m) == ["a", "b", "loss"]
+
+
+def test_a_failed_requirement_raises_at_every_read():
+    m = Metrics(["loss"], [torch.tensor(1.0)], [(torch.tensor(True), lambda: ValueError("no")),
+                                                 (torch.tensor(False), lambda: ValueError("second failed"))])
+    for _ in range(2):
+        with pytest.raises(ValueError, match="second failed"):
+            m["loss"]
+
+
+def test_a_loss_that_is_not_finite_raises_at_the_read():
+    m = Metrics(["x", "loss"], [torch.tensor(1.0), torch.tensor(float("nan"))])
+    with pytest.raises(FloatingPointError, match="the loss is not finite although every input is"):
+        dict(m)
+
+
+def test_require_checks_at_once_outside_a_deferring_call():
+    with pytest.raises(ValueError, match="at once"):
+        require(torch.tensor(False), lambda: ValueError("at once"))
+    with deferring() as pending:
+        require(torch.tensor(False), lambda: ValueError("later"))
+    assert len(pending) == 1
+
+
+def test_nan_on_padding_changes_nothing_in_a_deferred_call():
+    loss_fn = grpo()
+    clean = batch()
+    stats = loss_fn.gather([clean])
+    expected = loss_fn(clean, step=stats)
+    dirty = batch(old_pad=float("nan"))
+    got = loss_fn(dirty, step=stats)
+    assert torch.equal(got.loss, expected.loss)
+    assert dict(got.metrics) == dict(expected.metrics)
+    got.loss.backward()
+    assert torch.isfinite(dirty.logprobs.grad).all() and (dirty.logprobs.grad[3, 1:] == 0).all()
+
+
+def test_nan_on_a_valid_token_raises_at_the_metrics_read():
+    loss_fn = grpo()
+    stats = loss_fn.gather([batch()])
+    out = loss_fn(batch(old_valid=float("nan")), step=stats)  # no read: no error yet
+    message = r"TokenBatch.old_logprobs has 1 value\(s\) on valid tokens that are not finite in float32 \(first at index \[0, 1\]: nan\)"
+    for _ in range(2):
+        with pytest.raises(FloatingPointError, match=message):
+            out.metrics["loss"]
+    # The checked path (the CPU's default) raises the same error in the call itself.
+    with pytest.raises(FloatingPointError, match=message):
+        grpo(defer=False)(batch(old_valid=float("nan")), step=stats)
+
+
+def test_a_group_the_step_lacks_raises_at_the_metrics_read():
+    loss_fn = grpo()
+    stats = loss_fn.gather([batch()])
+    out = loss_fn(batch(group_ids=(0, 0, 7, 7)), step=stats)
+    with pytest.raises(ValueError, match=r"group_ids \[7\] were not in the step"):
+        dict(out.metrics)
+    with pytest.raises(ValueError, match=r"group_ids \[7\] were not in the step"):
+        grpo(defer=False)(batch(group_ids=(0, 0, 7, 7)), step=stats)
+
+
+def test_hand_computed_loss_through_the_deferred_path():
+    # grpo: advantages by group, rewards (1, 0) in each group: mean 0.5, std (unbiased) sqrt(0.5) = 0.7071
+    # -> A = +-0.5 / (0.7071 + 1e-6) = +-0.70710 (rows 0, 2 positive; 1, 3 negative).
+    # On-policy ratios are exp(0.05) = 1.05127 (old = current - 0.05), inside [0.8, 1.28]: l = -A r.
+    # token-mean over the 9 valid tokens: (3 * -A+ r + 2 * -A- r + 3 * -A+ r + 1 * -A- r) / 9 = -(3 * 0.70710 r) / 9
+    loss_fn = grpo()
+    clean = batch()
+    out = loss_fn(clean, step=loss_fn.gather([clean]))
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    expected = -(3 * a * math.exp(0.05)) / 9
+    assert out.metrics["loss"] == pytest.approx(expected, rel=1e-6)
+    assert out.metrics["tokens/valid"] == 9.0
