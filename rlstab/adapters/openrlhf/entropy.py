@@ -14,8 +14,8 @@ replaces ``Actor.forward`` by a wrapper that, on training forwards only (grad en
 
 1. asks the original forward for the entropy (``return_entropy=True``) while
    ``compute_entropy`` *in the actor module's namespace* is switched to
-   [`detached_entropy`][rlstab.adapters.openrlhf.entropy.detached_entropy] (no_grad, one chunked
-   pass of [`rlstab.stats`][rlstab.stats]), so OpenRLHF's own code still does the layout, and
+   [`detached_entropy`][rlstab.adapters.openrlhf.entropy.detached_entropy] (no_grad, one pass
+   of [`rlstab.stats`][rlstab.stats]), so OpenRLHF's own code still does the layout, and
    nothing else changes;
 2. restores ``output.entropy`` to what the caller asked for (absent unless it asked);
 3. attaches the action tokens' entropy ``[B, A]`` to the returned log-prob tensor as
@@ -38,6 +38,7 @@ from contextvars import ContextVar
 
 from rlstab.lazy import torch
 from rlstab.stats import token_stats_from_logits
+from rlstab.stats.from_logits import runs_fused
 
 ENTROPY_ATTRIBUTE = "_rlstab_entropy"
 
@@ -49,8 +50,9 @@ def detached_entropy(logits: torch.Tensor, chunk_rows: int | None = None) -> tor
 
     H = logsumexp(z) - sum_v softmax(z)_v z_v, by
     [`token_stats_from_logits`][rlstab.stats.token_stats_from_logits]: one pass over the logits
-    through a cache-sized float32 buffer (``chunk_rows=None``: about 16 MiB of it), instead of a
-    softmax and a product of the logits' full size. Returned in the logits' dtype (float32 in
+    (fused Triton kernels on CUDA, where ``chunk_rows`` is ignored; elsewhere chunks of
+    ``chunk_rows`` tokens through a float32 buffer, None: about 16 MiB of it on CPU), instead of
+    a softmax and a product of the logits' full size. Returned in the logits' dtype (float32 in
     OpenRLHF's actor), as OpenRLHF's ``compute_entropy`` returns it.
     """
     with torch.no_grad():
@@ -86,7 +88,12 @@ def switch_compute_entropy(actor_module) -> None:
 
     @functools.wraps(original)
     def compute_entropy(logits):
-        return detached_entropy(logits) if _DETACHED.get() else original(logits)
+        if not _DETACHED.get():
+            return original(logits)
+        if logits.device.type == "cpu" or runs_fused(logits):
+            return detached_entropy(logits)
+        with torch.no_grad():  # a GPU without Triton: OpenRLHF's own function is the faster one there
+            return original(logits)
 
     compute_entropy.__rlstab_wrapped__ = True
     actor_module.compute_entropy = compute_entropy

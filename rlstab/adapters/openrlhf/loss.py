@@ -20,6 +20,7 @@ micro-batch its own step (no communication), as the adapter did before.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 
 from rlstab.adapters.global_counts import number, with_global_counts
@@ -114,12 +115,20 @@ class RlstabPolicyLoss(PolicyLoss):
         low, high = is_correction_threshold
         self.is_correction = ISCorrection(is_correction_level, is_correction_mode, is_correction_gating, low, high)
         self.step_tracker = StepTracker()  # stateful components advance once per optimizer step
-        self.last_metrics: dict[str, float] = {}
-        """rlstab's metrics of the last micro-batch (``mask/s2t/silenced``, ``tokens/kept_fraction``, ...)."""
+        self._last_metrics: Mapping[str, float] = {}
         ignored = openrlhf_settings_ignored(self)
         if ignored:
             _log.warning("rlstab objective %r replaces OpenRLHF's policy loss; ignored: %s",
                          self.objective.name or "custom", "; ".join(ignored))
+
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        """rlstab's metrics of the last micro-batch (``mask/s2t/silenced``, ``tokens/kept_fraction``, ...).
+
+        Read from the device here, at the first access (after the backward, where OpenRLHF's
+        ``training_step`` logs them), not in the loss call.
+        """
+        return dict(self._last_metrics)
 
     def forward(
         self,
@@ -163,13 +172,13 @@ class RlstabPolicyLoss(PolicyLoss):
             update_state = self.step_tracker.first_call_of_step()
             step = step_stats(compiled, batch, dp_size, batch_num_tokens, global_batch_size, update_state)
         out = compiled(batch, step=step)
-        self.last_metrics = out.metrics
+        self._last_metrics = out.metrics  # read by the training_step wrapper, after the backward
         metrics = out.metrics
-        clip_ratio = torch.tensor(
-            metrics.get("clip/high_fraction", 0.0) + metrics.get("clip/low_fraction", 0.0),
-            dtype=torch.float32,
-            device=log_probs.device,
-        )
+        clip = metrics.unread("clip/high_fraction") + metrics.unread("clip/low_fraction")  # nothing read here
+        if isinstance(clip, torch.Tensor):
+            clip_ratio = clip.to(torch.float32)
+        else:  # a surrogate without clip metrics: a fill, no host-to-device copy
+            clip_ratio = torch.full((), clip, dtype=torch.float32, device=log_probs.device)
         valid = batch.response_mask.to(torch.float32)
         ppo_kl = ((old_log_probs.detach().float() - log_probs.detach().float()) * valid).sum() / valid.sum()
         return out.loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio

@@ -72,7 +72,8 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
             together (all-reduces per micro-batch; relies on verl giving every rank the same
             number of micro-batches, which its fsdp engine does).
         entropy_function: what computes the per-token entropy in the actor's FSDP engine.
-            ``rlstab`` (default): ``rlstab.stats``, one chunked pass over the logits, without
+            ``rlstab`` (default): ``rlstab.stats``, one pass over the logits (Triton kernels on
+            CUDA; verl's own function on a GPU without Triton, where it is faster), without
             the ``[tokens, V]`` softmax autograd would keep
             ([`entropy`][rlstab.adapters.verl.entropy]). ``verl``: verl's own
             ``entropy_from_logits``.

@@ -130,3 +130,30 @@ def test_dynamic_batching_is_refused_when_the_trainer_is_built_in_step_wide_mode
                                          r"--train.dynamic_batch_enable"):
         check_trainer(trainer, RlstabPolicyLoss(objective="stapo", step_statistics="optimizer_step"))
     check_trainer(trainer, RlstabPolicyLoss(objective="stapo", step_statistics="local"))  # one rank: allowed
+
+
+def test_a_gpu_without_the_kernels_gets_openrlhfs_entropy_under_no_grad(monkeypatch):
+    # The switched compute_entropy, asked for the detached entropy of logits off the CPU for which rlstab
+    # would run its torch path (no Triton): OpenRLHF's own function, without a graph. The meta device
+    # stands for such a GPU.
+    from types import SimpleNamespace
+
+    from rlstab.adapters.openrlhf import entropy
+
+    seen = []
+
+    def original(logits):
+        seen.append((logits.device.type, torch.is_grad_enabled()))
+        return logits.sum(-1)
+
+    module = SimpleNamespace(compute_entropy=original)
+    entropy.switch_compute_entropy(module)
+    monkeypatch.setattr(entropy, "runs_fused", lambda logits: False)
+    token = entropy._DETACHED.set(True)
+    try:
+        module.compute_entropy(torch.zeros(2, 5, device="meta", requires_grad=True))
+        cpu = module.compute_entropy(torch.zeros(2, 5, requires_grad=True))  # the CPU: rlstab's detached entropy
+    finally:
+        entropy._DETACHED.reset(token)
+    assert seen == [("meta", False)]
+    assert not cpu.requires_grad and torch.allclose(cpu, torch.full((2,), math.log(5)))  # uniform over 5

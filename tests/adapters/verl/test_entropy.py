@@ -101,3 +101,17 @@ def test_set_loss_fn_is_wrapped_when_verls_worker_module_is_imported():
         "assert hasattr(TrainingWorker.set_loss_fn, MAGIC_ATTR)\n"
     )
     run_fresh(code)
+
+
+def test_a_gpu_without_the_kernels_gets_verls_function(monkeypatch):
+    # Logits off the CPU for which rlstab would run its torch path (no Triton): veRL's function is the faster
+    # one there, so rlstab's calls it. The meta device stands for such a GPU (no values, only the call).
+    from rlstab.adapters.verl import entropy
+
+    calls = []
+    monkeypatch.setattr(entropy, "runs_fused", lambda logits: False)
+    monkeypatch.setattr(verl_F, "entropy_from_logits", lambda logits: calls.append(logits.device.type) or logits.sum(-1))
+    entropy_from_logits(torch.zeros(3, 8, device="meta"))
+    assert calls == ["meta"]
+    entropy_from_logits(torch.zeros(3, 8))  # the CPU: rlstab's own path
+    assert calls == ["meta"]
