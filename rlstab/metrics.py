@@ -86,6 +86,10 @@ class Metrics(Mapping):
     def __len__(self) -> int:
         return len(self.read())
 
+    def __reduce__(self):
+        """Pickled (to another process, or by ``copy.deepcopy``) as the plain dict it reads to."""
+        return (dict, (self.read(),))
+
     def __repr__(self) -> str:
         if self._host is None and self._error is None:
             return f"Metrics(<{len(self._names)} values not read yet>)"

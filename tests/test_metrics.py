@@ -44,6 +44,15 @@ def test_values_are_read_once_all_together_and_rounded_to_float32():
     assert type(plain) is dict and list(m) == ["a", "b", "loss"]
 
 
+def test_pickled_and_copied_as_the_plain_dict_it_reads_to():
+    import copy
+    import pickle
+
+    m = Metrics(["a", "loss"], [torch.tensor(0.5), 1.0], [(torch.tensor(True), lambda: ValueError("unused"))])
+    assert pickle.loads(pickle.dumps(m)) == copy.deepcopy(m) == {"a": 0.5, "loss": 1.0}
+    assert type(copy.deepcopy(m)) is dict
+
+
 def test_a_failed_requirement_raises_at_every_read():
     m = Metrics(["loss"], [torch.tensor(1.0)], [(torch.tensor(True), lambda: ValueError("no")),
                                                  (torch.tensor(False), lambda: ValueError("second failed"))])
