@@ -32,14 +32,20 @@ so that a run cut short still leaves what it measured.
    before the call: the inputs), memory held after the call (what its outputs keep alive), and the
    largest error of the log-prob, the entropy and the gradient on the first 256 tokens against
    float64. Then the issue's targets, pass or fail.
-3. **The compiled loss**, B x 1024 tokens (1M, 4M, 16M), forward + backward, medians over
+3. **Token statistics from the LM head** (``rlstab.stats.token_stats``), N = 4,096 and 16,384 tokens,
+   H = 4,096, V = 151,936, bf16, forward + backward of ``sum(g * logprob)`` to the hidden states and
+   the head, with every token carrying a gradient and with 20% of them: rlstab (Triton row kernels),
+   rlstab with torch's row passes, the naive path, veRL's ``linear_cross_entropy`` and Liger-Kernel's
+   fused linear cross entropy where they import, and the floor of three matmuls at the measured
+   bf16 rate; time, peak extra memory, error against float64 on the first 256 tokens; the targets.
+4. **The compiled loss**, B x 1024 tokens (1M, 4M, 16M), forward + backward, medians over
    interleaved repeats: the hand-written eager PPO-clip of ``benchmarks/loss_overhead.py`` (and, at
    the profiled size, the same function under ``torch.compile``); ``stapo`` as its own step
    (``loss_fn(batch)``); ``stapo``, ``grpo`` from rewards (groups of 8) and ``stare`` in a frozen step
    (``stats = loss_fn.gather([batch])`` beforehand, ``loss_fn(batch, step=stats)``); the floor, 17
    bytes per token at the copy bandwidth (log-probs, old log-probs, entropy and the gradient in
    float32, the mask in bytes).
-4. **Kernels and host synchronisations per loss call + backward** at 4M tokens, from
+5. **Kernels and host synchronisations per loss call + backward** at 4M tokens, from
    ``torch.profiler`` (what is counted is printed), from ``torch.cuda.set_sync_debug_mode("warn")``,
    and from ``rlstab.testing.syncs.host_syncs()``; then every preset's frozen-step and whole-step call
    under ``host_syncs()``.
@@ -191,7 +197,7 @@ def fmt_tokens(n: int) -> str:
     return f"{n:,}"
 
 
-SECTIONS = ("ceilings", "logits", "loss", "profile", "presets")
+SECTIONS = ("ceilings", "logits", "head", "loss", "profile", "presets")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -247,6 +253,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-liger", action="store_true", help="leave Liger-Kernel out")
     p.add_argument(
+        "--head-tokens", nargs="+", type=parse_size, default=None,
+        help="N of the LM-head table (default 4096 16384; --quick 4096; --dry 64)",
+    )
+    p.add_argument("--hidden", type=parse_size, default=None, help="H of the LM-head table (default 4096; --dry 32)")
+    p.add_argument(
         "--no-compile", action="store_true", help="leave out the torch.compile'd hand-written loss"
     )
     args = p.parse_args(argv)
@@ -257,6 +268,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         [4 << 10, 8 << 10] if dry else [4 << 20] if quick else [1 << 20, 4 << 20, 16 << 20]
     )
     args.profile_tokens = args.profile_tokens or (max(args.loss_tokens) if dry else 4 << 20)
+    args.head_tokens = args.head_tokens or ([64] if dry else [4096] if quick else [4096, 16384])
+    args.hidden = args.hidden or (32 if dry else 4096)
     args.repeats = args.repeats or (2 if dry else 5 if quick else 10)
     args.loss_repeats = args.loss_repeats or (2 if dry else 10 if quick else 25)
     args.warmup = args.warmup if args.warmup is not None else (1 if dry else 2)
@@ -1367,6 +1380,171 @@ def presets_section(rep: Report, device, args) -> None:
     print(flush=True)
 
 
+# ----------------------------------------------------------------------------- 3. the LM head
+
+
+def head_paths(device, args) -> dict[str, Callable]:
+    """name -> fn(h, W, labels) -> (logprob, entropy or None), each differentiable to h and W."""
+    from rlstab.stats import lm_head_gpu, token_stats
+
+    def gpu_path(use_triton):
+        def fn(h, w, y):
+            return lm_head_gpu.token_stats_gpu(h, w, y, temperature=1.0, entropy_grad=False, ignore_index=-100,
+                                               use_triton=use_triton)
+        return fn
+
+    def naive(h, w, y):  # what a trainer writes: bf16 logits, float32 log-softmax, entropy without gradient
+        logp = torch.log_softmax((h @ w.t()).float(), -1)
+        with torch.no_grad():
+            entropy = -(logp.exp() * logp).sum(-1)
+        return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1), entropy
+
+    paths = {
+        # on CUDA the public function routes itself (Triton when it imports); on CPU the GPU path is called
+        "rlstab": (lambda h, w, y: token_stats(h, w, y)) if device.type == "cuda" else gpu_path(True),
+        "rlstab, torch row passes": gpu_path(False),
+        "naive": naive,
+    }
+    if device.type == "cuda" and not args.no_verl:
+        try:
+            from verl.utils.kernel.linear_cross_entropy import linear_cross_entropy
+
+            paths["veRL linear_cross_entropy"] = lambda h, w, y: linear_cross_entropy(h, w, y, 1.0, "none", None)
+        except Exception as exc:  # noqa: BLE001
+            log(f"  veRL linear_cross_entropy: not importable ({failure(exc)})")
+    if device.type == "cuda" and not args.no_liger:
+        try:
+            from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+
+            def liger(h, w, y):  # the log-prob alone (minus its per-token cross entropy); no entropy
+                out = LigerFusedLinearCrossEntropyFunction.apply(h, w, y, None, None, -100, 0.0, 0.0, "none")
+                return (out[0] if isinstance(out, tuple) else out).neg(), None  # (loss, z_loss, ...) in recent versions
+
+            paths["Liger fused linear cross entropy"] = liger
+        except Exception as exc:  # noqa: BLE001
+            log(f"  Liger-Kernel: not importable ({failure(exc)})")
+    return paths
+
+
+def head_section(rep: Report, device, timer: Timer, ceil: dict, args) -> None:
+    """Table 3: token_stats from hidden states and the LM head, forward + backward to both."""
+    vocab, hidden_size = args.vocab, args.hidden
+    sec = rep.data["head"] = {
+        "H": hidden_size, "V": vocab, "dtype": "bf16",
+        "what": "forward + backward of sum(g * logprob) to the hidden states and the LM head; entropy detached",
+        "floor": "three matmuls of 2 N V H FLOPs at the measured bf16 rate",
+        "rows": [],
+    }
+    paths = head_paths(device, args)
+    for n in args.head_tokens:
+        for active in (1.0, 0.2):
+            sec["rows"].append(head_row(paths, n, active, hidden_size, vocab, device, timer, ceil, args))
+            rep.save()
+            free()
+    print_head(sec, args.dry)
+    head_targets(rep, sec, args.dry)
+
+
+def head_row(paths, n, active, hidden_size, vocab, device, timer: Timer, ceil: dict, args) -> dict:
+    """One row of table 3: N tokens, a share ``active`` of them with a nonzero upstream gradient."""
+    g = torch.Generator(device="cpu").manual_seed(n)
+    h = torch.randn(n, hidden_size, generator=g).to(device, torch.bfloat16)
+    w = (torch.randn(vocab, hidden_size, generator=g) * (2.0 / math.sqrt(hidden_size))).to(device, torch.bfloat16)
+    y = torch.randint(0, vocab, (n,), generator=g).to(device)
+    up = torch.randn(n, generator=g)
+    up = torch.where(torch.rand(n, generator=g) < active, up, 0.0).to(device)  # 20%: as under 20-Entropy
+    floor = 3 * 2 * n * vocab * hidden_size / (ceil["bf16_matmul_tflops"] * 1e12) * 1e3
+    row = {"tokens": n, "active": active, "floor_ms": floor, "paths": {}}
+    log(f"table 3: LM head, N = {n:,}, H = {hidden_size:,}, V = {vocab:,}, {active:.0%} of tokens with a gradient")
+    logp64 = torch.log_softmax(h[:SLICE].double() @ w.double().t(), -1)  # float64 from the bf16 values
+    ref_lp = logp64.gather(-1, y[:SLICE].unsqueeze(-1)).squeeze(-1)
+    ref_ent = -(logp64.exp() * logp64).sum(-1)
+    del logp64
+    leaves: dict = {}
+    calls = {}
+
+    def prepare(name):
+        leaves[name] = (h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_())
+
+    def call(name):
+        hh, ww = leaves[name]
+        lp, ent = paths[name](hh, ww, y)
+        (lp.float() * up).sum().backward()
+        return lp, ent
+
+    for name in paths:
+        entry = row["paths"][name] = {}
+        try:
+            prepare(name)
+            lp, ent = call(name)
+            timer.sync()
+            entry["logprob_err"] = max_error(lp[:SLICE], ref_lp)
+            entry["entropy_err"] = None if ent is None else max_error(ent[:SLICE], ref_ent)
+            entry["status"] = "ok"
+            calls[name] = (partial(prepare, name), partial(call, name))
+        except Exception as exc:  # noqa: BLE001
+            entry["status"] = "failed: out of memory" if is_oom(exc) else failure(exc)
+        finally:
+            leaves.clear()
+            free()
+    for name, ms in interleaved(timer, calls, args.repeats, f"head N={n}").items():
+        row["paths"][name]["ms"] = ms
+    if device.type == "cuda":
+        for name, (prep, run) in calls.items():
+            prep()
+            timer.sync()
+            torch.cuda.reset_peak_memory_stats(device)
+            base = torch.cuda.memory_allocated(device)
+            run()
+            timer.sync()
+            row["paths"][name]["peak_extra_gib"] = (torch.cuda.max_memory_allocated(device) - base) / GIB
+            leaves.clear()
+            free()
+    return row
+
+
+def print_head(sec: dict, dry: bool) -> None:
+    print(f"\nToken statistics from the LM head, H = {sec['H']:,}, V = {sec['V']:,}, bf16: {sec['what']}"
+          f"{f' ({DRY_NOTE})' if dry else ''}. ms, peak extra GiB, max error against float64 (log-prob / entropy):\n")
+    names = list(sec["rows"][0]["paths"]) if sec["rows"] else []
+    print("| N | with a gradient | " + " | ".join(names) + " | floor |")
+    print("|---|---|" + "---|" * len(names) + "---|")
+    for row in sec["rows"]:
+        cells = []
+        for name in names:
+            e = row["paths"][name]
+            if e.get("status") != "ok":
+                cells.append(e.get("status", ""))
+                continue
+            errs = "/".join(cell(e.get(k)) for k in ("logprob_err", "entropy_err") if e.get(k) is not None)
+            cells.append(f"{cell(e.get('ms'))}, {cell(e.get('peak_extra_gib'))}, {errs}")
+        print(f"| {row['tokens']:,} | {row['active']:.0%} | " + " | ".join(cells) + f" | {cell(row['floor_ms'])} |")
+    print(flush=True)
+
+
+def head_targets(rep: Report, sec: dict, dry: bool) -> None:
+    verl = "veRL linear_cross_entropy"
+    for row in sec["rows"]:
+        p = row["paths"]
+        ours, fallback, theirs = (p.get(k, {}).get("ms") for k in ("rlstab", "rlstab, torch row passes", verl))
+        where = f"N = {row['tokens']:,}, {row['active']:.0%} active"
+        if ours and theirs:
+            limit = 0.8 if row["active"] == 1.0 else 0.5
+            rep.target(f"LM head <= {limit}x veRL's linear_cross_entropy", ours / theirs, limit, ours / theirs <= limit,
+                       where, True, dry)
+        if fallback and theirs and row["active"] == 1.0:
+            rep.target("LM head, torch row passes <= 2x veRL's", fallback / theirs, 2, fallback / theirs <= 2, where, True, dry)
+        if ours and row["active"] == 1.0:
+            rep.target("LM head <= 2x the 3-matmul floor", ours / row["floor_ms"], 2, ours / row["floor_ms"] <= 2, where,
+                       True, dry)
+        mine, verls = p.get("rlstab", {}).get("peak_extra_gib"), p.get(verl, {}).get("peak_extra_gib")
+        if mine is not None and verls is not None:
+            rep.target("LM head peak extra memory <= veRL's", mine, verls, mine <= verls, where, False, dry)
+        err = max((p.get("rlstab", {}).get(k) or 0.0) for k in ("logprob_err", "entropy_err"))
+        if p.get("rlstab", {}).get("status") == "ok":
+            rep.target("LM head error against float64 <= 1e-4", err, 1e-4, err <= 1e-4, where, False, dry)
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -1427,7 +1605,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  {key}: {info.get(key)}")
 
     ceil = None
-    need_ceilings = {"ceilings", "logits", "loss"} & set(args.sections)
+    need_ceilings = {"ceilings", "logits", "head", "loss"} & set(args.sections)
     t0 = time.perf_counter()
     if need_ceilings:
         log("section 1: ceilings")
@@ -1443,6 +1621,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     sections = [
         ("logits", lambda: logits_section(rep, device, timer, ceil, args)),
+        ("head", lambda: head_section(rep, device, timer, ceil, args)),
         ("loss", lambda: loss_section(rep, device, timer, ceil, args)),
         ("profile", lambda: profile_section(rep, device, timer, args)),
         ("presets", lambda: presets_section(rep, device, args)),

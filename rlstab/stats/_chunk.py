@@ -37,6 +37,11 @@ LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
 
 
+def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """float64 when an input is float64 (exact references), otherwise float32."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
 def forward_chunk(z: torch.Tensor, labels: torch.Tensor, e: torch.Tensor):
     """``(lse, logprob, entropy, sum_v 2^(z_v - max z))`` of each row of ``z`` (in bits; results in nats).
 

@@ -18,12 +18,10 @@ needs. Where it runs:
 
 from __future__ import annotations
 
-import functools
-import warnings
-
 from rlstab.lazy import torch
-from rlstab.stats._chunk import LOG2E, backward_chunk, forward_chunk
-from rlstab.stats.lm_head import _compute_dtype
+from rlstab.stats._chunk import LOG2E, _compute_dtype, backward_chunk, forward_chunk
+from rlstab.stats.backend import on_gpu
+from rlstab.stats.backend import triton_imports as _triton_imports
 
 CHUNK_BYTES = 16 << 20
 """Target size of one chunk's float32 buffer on CPU; ``chunk_size=None`` picks the rows from it."""
@@ -43,22 +41,6 @@ def default_chunk_rows(vocab: int, itemsize: int = 4, chunk_bytes: int = CHUNK_B
     return max(1, chunk_bytes // max(1, vocab * itemsize))
 
 
-@functools.cache
-def _triton_imports() -> bool:
-    """Whether the Triton kernels import (once per process; any failure means no)."""
-    try:
-        import rlstab.stats.triton  # noqa: F401
-    except ModuleNotFoundError as e:
-        if e.name != "triton":
-            raise
-        return False
-    except Exception as e:  # a Triton too old or broken for the kernels: say so once, and run the torch path
-        warnings.warn(f"rlstab: the Triton kernels do not import ({type(e).__name__}: {e}); token statistics "
-                      "from logits run on the slower torch path", RuntimeWarning, stacklevel=3)
-        return False
-    return True
-
-
 def runs_fused(logits) -> bool:
     """Whether [`token_stats_from_logits`][rlstab.stats.token_stats_from_logits] runs the fused
     Triton kernels for these logits (CUDA, float16/bfloat16/float32, Triton installed).
@@ -75,11 +57,7 @@ def _use_triton(logits) -> bool:
 
     The device is looked at first, so that CPU tensors never import Triton.
     """
-    return (
-        logits.device.type == "cuda"
-        and logits.dtype in (torch.float16, torch.bfloat16, torch.float32)
-        and _triton_imports()
-    )
+    return on_gpu(logits) and _triton_imports()
 
 
 def _check_arguments(logits, labels, temperature, chunk_size) -> None:

@@ -40,18 +40,15 @@ frozen-head case. Half-precision weights are converted to float32 a tile at a ti
 from __future__ import annotations
 
 from rlstab.lazy import torch
-from rlstab.stats._chunk import LN2, LOG2E, backward_chunk
+from rlstab.stats._chunk import LN2, LOG2E, _compute_dtype, backward_chunk
+from rlstab.stats.backend import on_gpu, triton_imports
+from rlstab.stats.lm_head_gpu import token_stats_gpu
 
 CHUNK_ROWS = 1024
 """Tokens per block (``chunk_size=None``)."""
 
 VOCAB_TILE = 1024
 """Vocabulary entries per tile: a block's logits are computed ``CHUNK_ROWS x VOCAB_TILE`` at a time."""
-
-
-def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
-    """float64 when an input is float64 (exact references), otherwise float32."""
-    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
 def _scaled(h: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
@@ -260,6 +257,13 @@ def token_stats(
         ``(logprobs, entropy)``, each of ``labels``' shape, in float32 (float64 for float64
         inputs). ``logprobs`` carries the gradient to ``hidden`` and ``weight``, accumulated in
         float32 and returned in their dtypes.
+
+    Where it runs: CUDA tensors (float16, bfloat16, float32) take the GPU path
+    ([`lm_head_gpu`][rlstab.stats.lm_head_gpu]): the four matmuls by cuBLAS in the head's dtype
+    with float32 accumulation, the softmax passes by the Triton row kernels (torch ones without
+    Triton), over chunks sized for the GPU; ``chunk_size`` is ignored there, and the hidden states
+    are taken in the head's dtype, as the model's own head takes them. Everything else (CPU,
+    float64) runs the path described above, the reference.
     """
     if hidden.shape[:-1] != labels.shape:
         raise ValueError(f"labels {tuple(labels.shape)} must be hidden's shape without its last dimension {tuple(hidden.shape)}")
@@ -272,6 +276,12 @@ def token_stats(
     shape = labels.shape
     h = hidden.reshape(-1, hidden.shape[-1])
     y = labels.reshape(-1)
+    if on_gpu(hidden, weight):  # cuBLAS matmuls and row kernels over GPU-sized chunks (lm_head_gpu)
+        logprob, entropy = token_stats_gpu(
+            h.to(weight.dtype), weight, y.to(torch.int64), temperature=temperature, entropy_grad=entropy_grad,
+            ignore_index=ignore_index, use_triton=triton_imports(),
+        )
+        return logprob.view(shape), entropy.view(shape)
     valid = y != ignore_index
     safe = torch.where(valid, y, torch.zeros((), dtype=y.dtype, device=y.device)).to(torch.int64)
     dtype = _compute_dtype(hidden, weight)

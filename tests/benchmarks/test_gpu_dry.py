@@ -61,7 +61,7 @@ def load_script():
 def test_every_section_ran(dry):
     report, printed = dry
     assert report["dry"] is True
-    for section in ("system", "ceilings", "token_stats", "loss", "profile", "presets", "targets"):
+    for section in ("system", "ceilings", "token_stats", "head", "loss", "profile", "presets", "targets"):
         assert section in report, section
     assert "errors" not in report, report.get("errors")
     assert "dry run: CPU, the GPU's code paths, no timing claims" in printed
@@ -98,6 +98,20 @@ def test_the_logits_table_is_right_against_float64(dry):
         assert trainer["status"] == "ok", trainer["status"]
         assert trainer["entropy_err"] < 1.0  # a bfloat16 softmax is off by a few hundredths of a nat
         assert paths["liger"]["status"]  # unavailable here, or skipped on CPU: said, not left out
+
+
+def test_the_lm_head_table_is_right_against_float64(dry):
+    # token_stats' GPU path (Triton row kernels under the interpreter, and the torch row passes) on the
+    # bf16 values: within 1e-4 of float64, where the naive path's bf16 logits are off by about 1e-2.
+    section = dry[0]["head"]
+    assert [(row["tokens"], row["active"]) for row in section["rows"]] == [(64, 1.0), (64, 0.2)]
+    for row in section["rows"]:
+        assert row["floor_ms"] > 0
+        for name in ("rlstab", "rlstab, torch row passes"):
+            entry = row["paths"][name]
+            assert entry["status"] == "ok", (name, entry["status"])
+            assert entry["ms"] > 0 and entry["logprob_err"] <= 1e-4 and entry["entropy_err"] <= 1e-4, name
+        assert row["paths"]["naive"]["logprob_err"] > 1e-3
 
 
 def test_the_loss_table_has_every_loss(dry):

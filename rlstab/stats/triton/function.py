@@ -80,10 +80,11 @@ def forward(logits, labels, temperature: float, ignore_index: int, block_v: int 
 
 def backward(
     logits, labels, row_max, log2sum, entropy, grad_logprob, grad_entropy,
-    temperature: float, ignore_index: int, block_v: int | None = None,
+    temperature: float, ignore_index: int, block_v: int | None = None, out=None,
 ):
-    """The gradient with respect to ``logits`` (their dtype and strides) of ``logprob`` and ``entropy``."""
-    grad = torch.empty_like(logits)
+    """The gradient with respect to ``logits`` of ``logprob`` and ``entropy``: in ``out`` (any dtype and
+    strides, shaped like ``logits``), or in a new tensor like ``logits``."""
+    grad = torch.empty_like(logits) if out is None else out
     n, vocab = logits.shape
     if n == 0:
         return grad
