@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from rlstab.lazy import torch
 from rlstab.stats._chunk import LOG2E, _compute_dtype, backward_chunk, forward_chunk
+from rlstab.stats.arguments import check_logits_arguments as _check_arguments
 from rlstab.stats.backend import on_gpu
 from rlstab.stats.backend import triton_imports as _triton_imports
 
@@ -58,17 +59,6 @@ def _use_triton(logits) -> bool:
     The device is looked at first, so that CPU tensors never import Triton.
     """
     return on_gpu(logits) and _triton_imports()
-
-
-def _check_arguments(logits, labels, temperature, chunk_size) -> None:
-    """The argument checks of ``token_stats_from_logits``, shared with the Triton path."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    shape = logits.shape[:-1]
-    if labels is not None and labels.shape != shape:
-        raise ValueError(f"labels {tuple(labels.shape)} must be logits' shape without its last dimension {tuple(logits.shape)}")
 
 
 def _load(z: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -22,6 +22,7 @@ import triton
 
 from rlstab.lazy import torch
 from rlstab.stats._chunk import LOG2E
+from rlstab.stats.arguments import check_logits_arguments
 from rlstab.stats.triton.kernels import logit_stats_backward, logit_stats_forward
 
 BLOCK_V = 4096
@@ -167,9 +168,7 @@ def token_stats_from_logits_triton(
     power of 2) overrides the tile width, for tests. CPU tensors run only under Triton's
     interpreter (``TRITON_INTERPRET=1``).
     """
-    from rlstab.stats.from_logits import _check_arguments
-
-    _check_arguments(logits, labels, temperature, chunk_size)
+    check_logits_arguments(logits, labels, temperature, chunk_size)
     if logits.dtype not in dtypes():
         raise TypeError(f"the Triton path takes float16, bfloat16 or float32 logits, got {logits.dtype}")
     if labels is not None and labels.device != logits.device:
