@@ -28,6 +28,7 @@ import sys
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rlstab.advantages import Given
 from rlstab.aggregation import StepCounts
@@ -35,7 +36,6 @@ from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.comm import Comm
 from rlstab.deferred import deferring
 from rlstab.errors import StateError
-from rlstab.explain import per_micro_batch
 from rlstab.lazy import torch
 from rlstab.metrics import Metrics
 from rlstab.non_finite import (
@@ -46,10 +46,12 @@ from rlstab.non_finite import (
     without_bad_padding_on_every_rank,
     zero_bad_padding,
 )
-from rlstab.objective import Objective
 from rlstab.quantile import Population
 from rlstab.step import StepLevel, fit_step_level, shaped_rewards
 from rlstab.tokens import Tokens, f32
+
+if TYPE_CHECKING:  # the objective compiles itself (Objective.compile): no import back at run time
+    from rlstab.objective import Objective
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,7 @@ class CompiledObjective:
     def per_micro_batch(self) -> list[str]:
         """Components that compute their statistics within each micro-batch (``selection: micro_batch``), as
         their papers' code does, instead of over the whole step: their results depend on the micro-batch split."""
-        return per_micro_batch(self.objective)
+        return self.objective.per_micro_batch()
 
     def readers(self, field: str) -> list[str]:
         """The components that read ``TokenBatch.<field>`` (``["masks[0] (s2t)"]``), so adapters can say who needs what."""

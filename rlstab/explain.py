@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from rlstab.objective import Objective
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the objective explains itself (Objective.explain): no import back at run time
+    from rlstab.objective import Objective
 
 
 def explain(objective: Objective) -> str:
@@ -44,24 +47,13 @@ def explain(objective: Objective) -> str:
     if o.rollout is not None:
         lines.append(f"  rollout {o.rollout.describe()}")
     lines.append("  Step statistics (quantiles, group statistics, denominators) span every micro-batch and rank of the step.")
-    local = per_micro_batch(o)
+    local = o.per_micro_batch()
     if local:
         lines.append(f"  Computed within each micro-batch instead (as in the papers' code): {', '.join(local)}.")
     lines.append("")
     lines.append("Where each part runs:")
     lines += [f"  {layer:<8} {parts}: {where}" for layer, parts, where in placement(o)]
     return "\n".join(lines)
-
-
-def per_micro_batch(o: Objective) -> list[str]:
-    """Components that compute their statistics within each micro-batch (``selection: micro_batch``), as
-    their papers' code does, instead of over the whole step: their results depend on the micro-batch split.
-
-    Read from the objective, not its compiled loss, so that ``rlstab explain`` imports no torch."""
-    components = [(f"masks[{i}] ({m.kind})", m) for i, m in enumerate(o.masks)]
-    components += [(f"reweighters[{i}] ({w.kind})", w) for i, w in enumerate(o.reweighters)]
-    components.append((f"surrogate ({o.surrogate.kind})", o.surrogate))
-    return [label for label, c in components if getattr(c, "selection", None) == "micro_batch"]
 
 
 _EVERY_TRAINER = "the compiled loss, in any trainer (embedded, veRL, OpenRLHF, TRL)"

@@ -94,6 +94,16 @@ class Objective(BaseModel):
 
         return CompiledObjective(self)
 
+    def per_micro_batch(self) -> list[str]:
+        """Components that compute their statistics within each micro-batch (``selection: micro_batch``), as
+        their papers' code does, instead of over the whole step: their results depend on the micro-batch split.
+
+        Read from the objective, not its compiled loss, so that ``rlstab explain`` imports no torch."""
+        components = [(f"masks[{i}] ({m.kind})", m) for i, m in enumerate(self.masks)]
+        components += [(f"reweighters[{i}] ({w.kind})", w) for i, w in enumerate(self.reweighters)]
+        components.append((f"surrogate ({self.surrogate.kind})", self.surrogate))
+        return [label for label, c in components if getattr(c, "selection", None) == "micro_batch"]
+
     def fingerprint(self) -> str:
         """A digest of what the objective computes: sha256 of its canonical JSON, name and description left out.
 

@@ -6,7 +6,8 @@ import pytest
 
 import rlstab
 from rlstab import ConfigError
-from rlstab.errors import MAX_LINE, MAX_SHOWN, one_line, yaml11_hint
+from rlstab.errors import MAX_LINE, MAX_SHOWN, one_line
+from rlstab.loading.wording import yaml11_hint
 
 
 @pytest.mark.parametrize(

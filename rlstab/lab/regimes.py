@@ -17,9 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlstab.errors import ConfigError, describe_validation_error
+from rlstab.errors import ConfigError
 from rlstab.loading.limits import LIMITS
 from rlstab.loading.text import read_text
+from rlstab.loading.wording import describe_validation_error
 from rlstab.loading.yaml12 import parse_yaml
 
 _HERE = Path(__file__).parent / "regimes"

@@ -15,9 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlstab.errors import ConfigError, describe_validation_error
+from rlstab.errors import ConfigError
 from rlstab.loading.extends import Layer, file_layer, preset_layer, resolve
 from rlstab.loading.limits import LIMITS, check_data
+from rlstab.loading.wording import describe_validation_error
 from rlstab.loading.yaml12 import parse_yaml
 from rlstab.objective import Objective
 from rlstab.presets import closest_presets, preset_names

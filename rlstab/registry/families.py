@@ -13,16 +13,9 @@ from typing import Annotated, Any
 from pydantic import ValidationError
 from pydantic_core import PydanticCustomError, core_schema
 
-from rlstab.advantages.base import AdvantageEstimator
-from rlstab.aggregation import Aggregation
-from rlstab.clipping.base import Surrogate
 from rlstab.components import Component
-from rlstab.exploration.base import Rollout, StreamWeighting
-from rlstab.masks.base import Mask
-from rlstab.regularisers.base import Regulariser
-from rlstab.reweighters.base import Reweighter
-from rlstab.sampling.base import Sampler
-from rlstab.step.base import GroupFilter, LearningRateScale, RewardShaping
+from rlstab.registry.bases import BASES, family_name_of
+from rlstab.registry.store import ensure_loaded, lookup, registrations
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,8 +38,6 @@ class Family:
         return Annotated[self.base, self]
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        from rlstab.registry.store import ensure_loaded, registrations
-
         ensure_loaded()
         registered = sorted(registrations(self.name), key=lambda r: r.kind)
         if not registered:
@@ -59,8 +50,6 @@ class Family:
 
         Asked only after validation failed, so the tagged union stays all Rust on the way that succeeds.
         """
-        from rlstab.registry.store import lookup
-
         if not isinstance(value, Component):
             return None
         if not isinstance(value, self.base):
@@ -85,29 +74,13 @@ class Family:
         )
 
 
-FAMILIES: dict[str, Family] = {
-    f.name: f
-    for f in (
-        Family("advantage", AdvantageEstimator, "step"),
-        Family("masks", Mask, "loss"),
-        Family("reweighters", Reweighter, "loss"),
-        Family("surrogate", Surrogate, "loss"),
-        Family("aggregation", Aggregation, "loss"),
-        Family("regularisers", Regulariser, "loss"),
-        Family("reward_shaping", RewardShaping, "step"),
-        Family("group_filter", GroupFilter, "step"),
-        Family("lr_scale", LearningRateScale, "step"),
-        Family("dual_stream", StreamWeighting, "loss"),
-        Family("sampler", Sampler, "trainer"),
-        Family("rollout", Rollout, "trainer"),
-    )
-}
+FAMILIES: dict[str, Family] = {name: Family(name, base, scope) for name, (base, scope) in BASES.items()}
 
 
 def family_of(cls: type) -> Family | None:
     """The family whose base ``cls`` derives from, or None."""
-    found = [f for f in FAMILIES.values() if isinstance(cls, type) and issubclass(cls, f.base)]
-    return found[0] if len(found) == 1 else None
+    name = family_name_of(cls)
+    return None if name is None else FAMILIES[name]
 
 
 def with_instance_problems(err: ValidationError, data: dict) -> ValidationError:

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from rlstab.components import Component
 from rlstab.errors import ConfigError
 from rlstab.lazy import no_numpy_warning
-from rlstab.registry.families import FAMILIES, family_of
+from rlstab.registry.bases import BASES, family_name_of
 
 GROUP = "rlstab.components"
 IN_PROCESS_ENV = "RLSTAB_IN_PROCESS_KINDS"
@@ -55,7 +55,7 @@ class Registration:
     distribution: str | None  # None: registered in-process
 
 
-_kinds: dict[str, dict[str, Registration]] = {name: {} for name in FAMILIES}
+_kinds: dict[str, dict[str, Registration]] = {name: {} for name in BASES}
 _problems: list[tuple[str | None, str]] = []  # (entry point name or None, message)
 _models: list[type[BaseModel]] = []
 _state = {"loaded": False, "loading": False}
@@ -200,11 +200,11 @@ def _refuse(name: str, message: str) -> None:
 
 
 def _registration(cls, origin: str, distribution: str | None) -> Registration:
-    bases = ", ".join(f"{f.base.__module__}.{f.base.__name__} ({f.name})" for f in FAMILIES.values())
+    bases = ", ".join(f"{base.__module__}.{base.__name__} ({name})" for name, (base, _) in BASES.items())
     if not isinstance(cls, type) or not issubclass(cls, Component):
         raise RegistryError(origin, f"{cls!r} is not a component class; derive from one of {bases}")
-    fam = family_of(cls)
-    if fam is None:
+    family = family_name_of(cls)
+    if family is None:
         raise RegistryError(origin, f"{cls.__name__} derives from no family's base; derive from one of {bases}")
     field = cls.model_fields.get("kind")
     kind = None if field is None else field.default
@@ -216,7 +216,7 @@ def _registration(cls, origin: str, distribution: str | None) -> Registration:
         raise RegistryError(
             origin, f"{cls.__name__}.kind = {kind!r}: a kind is 1-64 of a-z, 0-9, '_' and '-', starting with a letter or digit"
         )
-    return Registration(fam.name, kind, cls, origin, distribution)
+    return Registration(family, kind, cls, origin, distribution)
 
 
 def _collision(new: Registration, held: Registration) -> str:

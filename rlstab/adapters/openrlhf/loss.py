@@ -32,8 +32,8 @@ from rlstab.adapters.openrlhf.objective import (
     objective_from_env,
     step_statistics_from_env,
 )
+from rlstab.adapters.openrlhf.prepared import prepared_step
 from rlstab.adapters.openrlhf.source import loss_module
-from rlstab.adapters.openrlhf.step_scope import prepared_step
 from rlstab.adapters.optimizer_steps import StepTracker
 from rlstab.aggregation import TokenMean
 from rlstab.batch import TokenBatch

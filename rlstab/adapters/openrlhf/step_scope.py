@@ -39,11 +39,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from rlstab.adapters.openrlhf.entropy import detached_compute_entropy
+from rlstab.adapters.openrlhf.prepared import preparing
 from rlstab.batch import TokenBatch
 from rlstab.compiled import StepStats
 from rlstab.lazy import torch
-
-_PREPARED: ContextVar[StepStats | None] = ContextVar("rlstab_openrlhf_prepared_step", default=None)
 
 
 @dataclass
@@ -58,11 +57,6 @@ class _TrainingBatch:
 
 
 _CURRENT: ContextVar[_TrainingBatch | None] = ContextVar("rlstab_openrlhf_training_batch", default=None)
-
-
-def prepared_step() -> StepStats | None:
-    """The statistics of the optimizer step the running ``training_step`` belongs to, or None outside one."""
-    return _PREPARED.get()
 
 
 def rlstab_loss(trainer):
@@ -113,11 +107,8 @@ def install_step_scope(ppo_actor) -> None:
         if batch is None or batch.trainer is not self:
             return training_step(self, experience, *args, **kwargs)
         stats = batch.stats if any(e is experience for e in batch.window) else None
-        token = _PREPARED.set(stats)
-        try:
+        with preparing(stats):
             return training_step(self, experience, *args, **kwargs)
-        finally:
-            _PREPARED.reset(token)
 
     @functools.wraps(windows)
     def iter_grad_accum_global_norm(data_iter, strategy, accumulated_gradient, mask_fn):
