@@ -7,9 +7,11 @@ count and the first index rather than turned into a NaN loss. "Valid" means a re
 (rewards, ``[B]`` advantages) a response with at least one response token.
 
 Checking costs nothing on the usual path: the compiled loss compares the extremes of each field
-(``aminmax``: min and max are finite iff every value is, NaN propagating) within the host
-transfer it makes anyway, and ``gather`` within the counts' reduction; only a batch that fails
-is cleaned here and its step recomputed.
+(``aminmax``: min and max are finite iff every value is, NaN propagating) within the metrics'
+transfer, and ``gather`` within the counts' reduction; only a batch that fails is cleaned here and
+its step recomputed. A call that reads nothing on the host (a frozen step on a GPU) cannot redo
+itself: it zeroes every padding value up front instead (``with_padding_zeroed``), and what is left
+non-finite is on valid tokens, raised when its metrics are read.
 """
 
 from __future__ import annotations
@@ -24,10 +26,6 @@ from rlstab.lazy import torch
 _FIELDS = TOKEN_FIELDS + ("advantages", "is_weights") + SEQUENCE_FIELDS
 
 Offence = tuple[str, int, str]  # (field, count, description of the first value)
-
-
-def finite(x: float) -> bool:
-    return x == x and x not in (float("inf"), float("-inf"))
 
 
 def extremes(batch: TokenBatch, fields: list[str]) -> list[torch.Tensor]:

@@ -2,7 +2,9 @@
 
 - [`token_stats`][rlstab.stats.token_stats]: from the last hidden states and the LM head, in
   chunks of tokens, with a backward that recomputes each chunk's logits: the memory of a few
-  chunks instead of several ``[N, V]`` tensors.
+  chunks instead of several ``[N, V]`` tensors. On CUDA tensors the matmuls are cuBLAS's in the
+  head's dtype and the softmax passes the Triton row kernels
+  ([`lm_head_gpu`][rlstab.stats.lm_head_gpu]).
 - [`token_stats_from_logits`][rlstab.stats.token_stats_from_logits]: from logits the trainer
   already has, in one pass, without the log-softmax copy autograd would keep: fused Triton
   kernels for CUDA logits when Triton is installed (``rlstab.stats.triton``, imported only

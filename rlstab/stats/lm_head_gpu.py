@@ -19,10 +19,11 @@ the CPU path's torch passes where Triton is missing), one read of each float32 l
   dtype, then ``grad_W_c = G^T h`` (the whole sum over tokens in one matmul: no float32
   ``[V, H]`` accumulator) and ``grad_h += G W_c`` (a float32 ``[N, H]`` accumulator).
 
-Chunks are sized to ``CHUNK_BYTES`` of float32 logits, so the extra memory stays under a few
-hundred MiB whatever N and V, and every matmul keeps at least a few hundred rows. ``G`` is rounded
-to the weight's dtype before the two backward matmuls, as in every fused head (veRL's, Liger's);
-their sums over tokens and over the vocabulary accumulate in float32.
+Chunks are sized to ``CHUNK_BYTES`` of float32 logits whatever N and V (plus ``G`` in the head's
+dtype); beyond them the backward holds the float32 ``[N, H]`` accumulator of ``grad_h`` and one
+chunk's float32 ``grad_W`` rows. ``G`` is rounded to the weight's dtype before the two backward
+matmuls, as in every fused head (veRL's, Liger's); their sums over tokens and over the vocabulary
+accumulate in float32.
 
 Host reads: the backward reads the number of tokens with a nonzero upstream gradient once, to
 skip the others (under a 20%-entropy mask, 80% of the work); nothing else.
