@@ -47,7 +47,7 @@ def explain(objective: Objective) -> str:
     if o.rollout is not None:
         lines.append(f"  rollout {o.rollout.describe()}")
     lines.append("  Step statistics (quantiles, group statistics, denominators) span every micro-batch and rank of the step.")
-    local = o.per_micro_batch()
+    local = o.plan().per_micro_batch
     if local:
         lines.append(f"  Computed within each micro-batch instead (as in the papers' code): {', '.join(local)}.")
     lines.append("")

@@ -7,6 +7,19 @@ keeps them as 0-d device tensors (and plain numbers) until someone reads one; th
 all of them at once (one synchronisation per device), together with the checks the loss deferred
 ([`rlstab.deferred`][rlstab.deferred]), and raises the first check that failed. A trainer that
 reads the metrics after its backward, or after the optimizer step, never waits inside the loss.
+
+Each metric also says how it combines over the micro-batches of one optimizer step
+([`Metrics.combines`][rlstab.metrics.Metrics.combines]), as the loss declares it where it reports
+it, and [`combine`][rlstab.metrics.combine] makes a step's metrics from its micro-batches' by
+those kinds, so that no consumer parses metric names to decide:
+
+- ``"sum"``: a count or a loss (``tokens/valid``, ``mask/<label>/kept``, ``loss``): the step's is
+  the sum of the micro-batches', ``sum_k x_k``.
+- ``"step"``: a value of the whole step, the same in every micro-batch (a mask's threshold,
+  ``step/tokens_valid``, a stateful component's step value): the first micro-batch's, ``x_1``.
+- ``"token_mean"``: a fraction or a mean over a micro-batch's valid tokens
+  (``tokens/kept_fraction``, ``approx_kl``): weighted by each micro-batch's valid tokens,
+  ``sum_k x_k n_k / sum_k n_k`` with ``n_k`` its ``tokens/valid`` (0 when no micro-batch has one).
 """
 
 from __future__ import annotations
@@ -14,9 +27,13 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Literal, get_args
 
 from rlstab.deferred import Requirement
 from rlstab.lazy import torch
+
+Combines = Literal["sum", "step", "token_mean"]
+"""How a metric combines over the micro-batches of one optimizer step (see the module's docstring)."""
 
 
 class Metrics(Mapping):
@@ -26,7 +43,14 @@ class Metrics(Mapping):
     ``dict(metrics)``, iteration, ``len``) transfers every value at once; later reads cost nothing.
     A check the loss deferred that failed raises at that first read, and at every later one; so
     does a ``loss`` entry that is not finite (``FloatingPointError``).
-    ``dict(metrics)`` gives a plain dict (for ``json``, or to add entries).
+    ``dict(metrics)`` gives a plain dict (for ``json``, or to add entries), and so does pickling:
+    the kinds (``combines``) stay with the ``Metrics`` the loss returned.
+
+    Args:
+        names, values: the metrics, in order: 0-d tensors (read later) or numbers.
+        requirements: the checks the loss deferred to the read.
+        kinds: how each metric combines over micro-batches (``"sum"``, ``"step"`` or
+            ``"token_mean"``), one per name; without them ``combines`` raises.
     """
 
     def __init__(
@@ -34,9 +58,17 @@ class Metrics(Mapping):
         names: Sequence[str],
         values: Sequence[torch.Tensor | float],
         requirements: Sequence[Requirement] = (),
+        kinds: Sequence[Combines] | None = None,
     ):
         if len(names) != len(values):
             raise ValueError(f"{len(names)} metric names for {len(values)} values")
+        if kinds is not None:
+            if len(kinds) != len(names):
+                raise ValueError(f"{len(kinds)} metric kinds for {len(names)} names")
+            unknown = sorted(set(kinds) - set(get_args(Combines)))
+            if unknown:
+                raise ValueError(f"unknown metric kinds {unknown}; a metric combines as one of {get_args(Combines)}")
+        self._kinds = None if kinds is None else dict(zip(names, kinds))
         self._names = list(names)
         self._values: list | None = [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
         self._requirements = list(requirements)
@@ -50,6 +82,19 @@ class Metrics(Mapping):
         if self._values is None:
             return self.read().get(name, default)
         return next((v for n, v in zip(self._names, self._values) if n == name), default)
+
+    def combines(self, name: str) -> Combines:
+        """How metric ``name`` combines over the micro-batches of a step: ``"sum"``, ``"step"`` or
+        ``"token_mean"`` (see [`rlstab.metrics`][rlstab.metrics]). Reads nothing from the device.
+
+        Raises ``KeyError`` for a name the loss did not report, or when these metrics were made
+        without kinds.
+        """
+        if self._kinds is None:
+            raise KeyError(f"{name!r}: these metrics were made without kinds")
+        if name not in self._kinds:
+            raise KeyError(f"{name!r}: not one of these metrics")
+        return self._kinds[name]
 
     def read(self) -> dict[str, float]:
         """The metrics as a dict of floats, after the deferred checks; raises the first that failed."""
@@ -94,6 +139,33 @@ class Metrics(Mapping):
         if self._host is None and self._error is None:
             return f"Metrics(<{len(self._names)} values not read yet>)"
         return f"Metrics({self.read()!r})"
+
+
+def combine(parts: Sequence[Metrics]) -> dict[str, float]:
+    """One optimizer step's metrics from its micro-batches' (``LossOutput.metrics``, in order).
+
+    Each metric combines by its kind (``Metrics.combines``): ``"sum"`` adds the parts' values
+    (Python ``sum``, in order), ``"step"`` takes the first part's, ``"token_mean"`` is
+    ``sum(x_k * n_k) / (sum(n_k) or 1.0)`` with ``n_k`` the part's ``tokens/valid``. A metric
+    that some parts lack (a threshold of a micro-batch whose groups dynamic sampling all dropped)
+    is combined over the parts that have it. Names come in the order they first appear.
+    """
+    for part in parts:
+        if not isinstance(part, Metrics):
+            raise TypeError(f"combine takes the losses' Metrics (they know each metric's kind), got {type(part).__name__}")
+    out: dict[str, float] = {}
+    for name in dict.fromkeys(name for part in parts for name in part):
+        have = [part for part in parts if name in part]
+        values = [part[name] for part in have]
+        kind = have[0].combines(name)
+        if kind == "sum":
+            out[name] = sum(values)
+        elif kind == "step":
+            out[name] = values[0]
+        else:
+            weights = [part["tokens/valid"] for part in have]
+            out[name] = sum(v * w for v, w in zip(values, weights)) / (sum(weights) or 1.0)
+    return out
 
 
 def _read_all(tensors: list[torch.Tensor]) -> Iterator[float]:

@@ -21,6 +21,7 @@ from rlstab.registry.store import rebuild_on_change
 
 if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective
+    from rlstab.compiler.plan import Plan
 
 # Each field's type is its family: a tagged union over the kinds registered when the schema is built.
 AnyAdvantage = FAMILIES["advantage"].annotation
@@ -94,15 +95,18 @@ class Objective(BaseModel):
 
         return CompiledObjective(self)
 
+    def plan(self) -> Plan:
+        """What the compiled loss reads, labels and keeps state for (see [`Plan`][rlstab.compiler.plan.Plan]); no torch."""
+        from rlstab.compiler.plan import Plan
+
+        return Plan.of(self)
+
     def per_micro_batch(self) -> list[str]:
         """Components that compute their statistics within each micro-batch (``selection: micro_batch``), as
         their papers' code does, instead of over the whole step: their results depend on the micro-batch split.
 
-        Read from the objective, not its compiled loss, so that ``rlstab explain`` imports no torch."""
-        components = [(f"masks[{i}] ({m.kind})", m) for i, m in enumerate(self.masks)]
-        components += [(f"reweighters[{i}] ({w.kind})", w) for i, w in enumerate(self.reweighters)]
-        components.append((f"surrogate ({self.surrogate.kind})", self.surrogate))
-        return [label for label, c in components if getattr(c, "selection", None) == "micro_batch"]
+        Read from the objective's plan, not its compiled loss, so that ``rlstab explain`` imports no torch."""
+        return list(self.plan().per_micro_batch)
 
     def fingerprint(self) -> str:
         """A digest of what the objective computes: sha256 of its canonical JSON, name and description left out.

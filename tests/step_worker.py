@@ -1,4 +1,4 @@
-"""One gloo rank of tests/test_step.py's two-rank test (a module of its own so that spawn can import it)."""
+"""One gloo rank of tests/compiled/test_step.py's two-rank test (a module of its own so that spawn can import it)."""
 
 import os
 

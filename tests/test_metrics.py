@@ -8,7 +8,7 @@ import torch
 import rlstab
 from rlstab import TokenBatch
 from rlstab.deferred import deferring, require
-from rlstab.metrics import Metrics
+from rlstab.metrics import Metrics, combine
 from rlstab.testing.syncs import host_syncs
 
 
@@ -123,3 +123,21 @@ def test_hand_computed_loss_through_the_deferred_path():
     expected = -(3 * a * math.exp(0.05)) / 9
     assert out.metrics["loss"] == pytest.approx(expected, rel=1e-6)
     assert out.metrics["tokens/valid"] == 9.0
+
+
+def test_combine_adds_counts_keeps_step_values_and_weights_fractions():
+    kinds = {"tokens/valid": "sum", "tokens/kept": "sum", "tokens/kept_fraction": "token_mean",
+             "mask/s2t/silenced": "sum", "mask/s2t/kept": "sum", "mask/s2t/entropy_threshold": "step",
+             "clip/high_fraction": "token_mean", "loss": "sum", "loss/policy": "sum", "step/tokens_valid": "step"}
+    a = {"tokens/valid": 10.0, "tokens/kept": 8.0, "tokens/kept_fraction": 0.8, "mask/s2t/silenced": 2.0,
+         "mask/s2t/kept": 8.0, "mask/s2t/entropy_threshold": 0.5, "clip/high_fraction": 0.1, "loss": 1.0,
+         "loss/policy": 1.0, "step/tokens_valid": 40.0}
+    b = {"tokens/valid": 30.0, "tokens/kept": 30.0, "tokens/kept_fraction": 1.0, "mask/s2t/silenced": 0.0,
+         "mask/s2t/kept": 30.0, "mask/s2t/entropy_threshold": 0.5, "clip/high_fraction": 0.0, "loss": 2.0,
+         "loss/policy": 2.0, "step/tokens_valid": 40.0}
+    out = combine([Metrics(list(m), list(m.values()), kinds=[kinds[n] for n in m]) for m in (a, b)])
+    assert out["tokens/valid"] == 40 and out["tokens/kept"] == 38 and out["mask/s2t/silenced"] == 2
+    assert out["tokens/kept_fraction"] == pytest.approx(38 / 40)  # (0.8 * 10 + 1.0 * 30) / 40
+    assert out["clip/high_fraction"] == pytest.approx(1 / 40)  # (0.1 * 10 + 0 * 30) / 40
+    assert out["loss"] == 3.0 and out["loss/policy"] == 3.0
+    assert out["mask/s2t/entropy_threshold"] == 0.5 and out["step/tokens_valid"] == 40

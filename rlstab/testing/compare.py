@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlstab.lazy import torch
+
+if TYPE_CHECKING:
+    from rlstab.metrics import Metrics
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -112,21 +115,11 @@ def summary(stats, *, world_size: bool = True) -> dict:
     return out
 
 
-# Metrics that are the step's, whichever micro-batch reports them (the rest are each micro-batch's share).
-_MICRO_BATCH_SUFFIXES = ("/kept", "/silenced", "/kept_fraction", "/mean")
-
-
-def step_metrics(metrics: dict[str, float], objective) -> dict[str, float]:
-    """The metrics a micro-batch reports about the whole step: ``step/...``, the masks' thresholds, the
+def step_metrics(metrics: Metrics) -> dict[str, float]:
+    """The metrics a micro-batch reports about the whole step, those the loss declares ``"step"``
+    ([`Metrics.combines`][rlstab.metrics.Metrics.combines]): ``step/...``, the masks' thresholds, the
     estimator's, the surrogate's and the reweighters' step values."""
-    own = f"advantage/{objective.advantage.kind}/"
-    out = {}
-    for name, value in metrics.items():
-        if name.startswith(("step/", "surrogate/", own)):
-            out[name] = value
-        elif name.startswith(("mask/", "reweight/")) and not name.endswith(_MICRO_BATCH_SUFFIXES):
-            out[name] = value
-    return out
+    return {name: value for name, value in metrics.items() if metrics.combines(name) == "step"}
 
 
 def _short(value: Any) -> str:

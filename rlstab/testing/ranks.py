@@ -147,7 +147,7 @@ def _rank_case(rank: int, world: int, case: dict) -> dict:
         out = loss_fn(mb, step=stats)
         out.loss.backward()
         total += out.loss.detach().to(torch.float64)
-        metrics.append(step_metrics(out.metrics, objective))
+        metrics.append(step_metrics(out.metrics))
     grads = gradients(leaf)
     for grad in grads.values():  # DDP averages gradients over ranks
         dist.all_reduce(grad)
@@ -224,13 +224,13 @@ def _compare(component, case: dict, per_rank: dict[int, object], host) -> None:
         bounds = [b for rank in RANK_SPLITS for b in rank]
         stats, loss, grad, outs = run_step(objective.compile(), batch, bounds)
         reference = "one process running the same four micro-batches"
-        metrics = step_metrics(outs[0].metrics, objective)
+        metrics = step_metrics(outs[0].metrics)
     else:
         own, grad = loss_and_grad(objective.compile(), batch)
         loss = own.loss.item()
         stats = objective.compile().gather([batch])
         reference = "one process on the whole batch"
-        metrics = step_metrics(own.metrics, objective)
+        metrics = step_metrics(own.metrics)
     expected = summary(stats, world_size=False)
     for rank in range(WORLD):
         got = per_rank[rank]

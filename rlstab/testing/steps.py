@@ -73,10 +73,10 @@ def _split_equals_whole(objective, batch, local: bool, mode: str) -> None:
     bounds = _bounds(batch.response_mask.shape[0])
     stats, total, grad, outs = run_step(objective.compile(), batch, bounds)
     assert_same(summary(stats), summary(whole_stats), f"the step statistics of micro-batches {bounds} and of the whole batch {where}")
-    expected = step_metrics(own.metrics, objective)
+    expected = step_metrics(own.metrics)
     for (lo, hi), out in zip(bounds, outs):
         assert_same(
-            step_metrics(out.metrics, objective), expected, f"the step metrics of micro-batch {lo}:{hi} and of the whole batch {where}"
+            step_metrics(out.metrics), expected, f"the step metrics of micro-batch {lo}:{hi} and of the whole batch {where}"
         )
     if not local:
         assert_close(total, own.loss, f"the summed loss of micro-batches {bounds} vs the whole batch {where}")

@@ -1,6 +1,6 @@
 """Step quantiles and counts over two gloo ranks equal one process on the concatenated step.
 
-tests/test_step.py checks thresholds and counts through the step API on two ranks, but with 384
+tests/compiled/test_step.py checks thresholds and counts through the step API on two ranks, but with 384
 tokens, so its quantiles take the gather-and-sort path. Here each rank holds uneven micro-batches
 and an empty one, and the populations are large enough for the radix selection (the all-reduced
 65,536-bin histograms) as well as small enough for the gathered sort, in both the exact and the

@@ -135,7 +135,7 @@ def test_every_stateful_component_declares_its_state_model():
         loss_fn = rlstab.load(name).compile()
         loss_fn.gather([random_batch(B=8, T=6, seed=1)])
         for label, state in loss_fn.state_dict().items():
-            component = dict(loss_fn._hooked)[label]
+            component = loss_fn._states.components[label]
             assert component.state_model is not None, label
             assert component.validated_state(label, json.loads(json.dumps(state))) == state
 

@@ -75,7 +75,7 @@ def test_deferred_call_equals_the_checked_call(name):
 
 # Whole-step calls read what their own step needs, each at a place named in docs/gpu.md.
 WHOLE_STEP_READS = {
-    "compiled.py",  # the step's denominators and the input check, one transfer
+    "compiler/step_phase.py",  # the step's denominators and the input check, one transfer
     "quantile.py",  # a quantile's size (its rank)
     "advantages/base.py",  # the number of prompt groups of an estimated advantage
 }
@@ -89,7 +89,7 @@ def test_whole_step_call_reads_only_its_statistics(name, on_device):
         out = loss_fn(batch)
     allowed = WHOLE_STEP_READS | ({"reweighters/stare.py"} if name == "stare" else set())  # its controller's host state
     assert sites(syncs) <= allowed, syncs
-    assert sum("compiled.py" in s for s in syncs) == 1
+    assert sum("compiler/step_phase.py" in s for s in syncs) == 1
     dict(out.metrics)
 
 

@@ -1,0 +1,107 @@
+"""The state of an objective's stateful components (STARE's controller, BAPO's bounds), and the one
+loop that takes their step: ``gather``'s begin-step and ``begin_training_batch`` alike.
+
+Each component with step-level behaviour (every reweighter, then the surrogate: the plan's
+``stateful``, in ``StepStats.hooks`` order) turns the step's sums into a step value and its next
+state: ``value, after = component.begin_step(sum over micro-batches and ranks of step_sums(t), before)``.
+A step's updates are pending until the step succeeded, so a gather that raises moves nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from rlstab.comm import Comm
+from rlstab.errors import StateError
+from rlstab.lazy import torch
+from rlstab.tokens import Tokens
+
+if TYPE_CHECKING:
+    from rlstab.objective import Objective
+
+Pending = dict[str, tuple[object, object]]
+"""label -> (state before the step, state after it): the updates of a step, applied once it succeeded."""
+
+
+class ComponentStates:
+    """The stateful components of one compiled objective, their states, and the step values of the
+    current training batch.
+
+    Attributes:
+        components: label (``reweighters[0] (stare)``, ``surrogate (bapo)``) -> component, in
+            ``StepStats.hooks`` order.
+        states: label -> the component's state now (None for a stateless one).
+        step_start: label -> its state before the current step's update; a later gather of the
+            same step (``update_state=False``) starts from it.
+        batch_values: label -> the step value ``begin_training_batch`` froze for the training
+            batch's steps (components whose state moves once per training batch).
+    """
+
+    def __init__(self, objective: Objective, labels: Iterable[str]):
+        hooked = list(objective.reweighters) + [objective.surrogate]
+        self.components = dict(zip(labels, hooked, strict=True))
+        self.states = {label: c.initial_state() for label, c in self.components.items()}
+        self.step_start = dict(self.states)
+        self.batch_values: dict[str, object] = {}
+
+    def state_dict(self) -> dict:
+        """The states of the components that keep one, copied."""
+        return {label: copy.deepcopy(state) for label, state in self.states.items() if state is not None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()`` after every component validated its part; nothing changes when it raises."""
+        if not isinstance(state, dict):
+            raise StateError(
+                f"load_state_dict needs a dict of component states, as state_dict() returns, got {type(state).__name__}"
+            )
+        components = {label: c for label, c in self.components.items() if self.states[label] is not None}
+        if set(state) != set(components):
+            raise StateError(
+                f"state of components {sorted(map(str, state))} does not fit this objective's stateful components "
+                f"{sorted(components)}"
+            )
+        loaded = {label: components[label].validated_state(label, value) for label, value in state.items()}
+        for label, value in loaded.items():
+            self.states[label] = value
+            self.step_start[label] = copy.deepcopy(value)
+        self.batch_values = {}  # a training batch begun before the restore is not the restored run's
+
+    def begin(
+        self, labels: Iterable[str], tokens: list[Tokens], comm: Comm, *, update_state: bool = True,
+        reuse_batch_values: bool = True,
+    ) -> tuple[dict[str, object], Pending]:
+        """The step value of each component of ``labels``, and the state updates to apply when the step succeeds.
+
+        ``reuse_batch_values``: a component whose value ``begin_training_batch`` froze reuses it
+        instead of moving. ``update_state=False``: start from the state the step started from and
+        move nothing (a later gather of the same step).
+        """
+        values, pending = {}, {}
+        for label in labels:
+            if reuse_batch_values and label in self.batch_values:
+                values[label] = self.batch_values[label]
+                continue
+            component = self.components[label]
+            parts = [component.step_sums(t) for t in tokens]
+            sums = comm.sum(torch.stack(parts).sum(0)) if tokens and parts[0] is not None else None
+            before = self.states[label] if update_state else self.step_start.get(label, self.states[label])
+            values[label], after = component.begin_step(sums, before)
+            if update_state:
+                pending[label] = (before, after)
+        return values, pending
+
+    def commit(self, pending: Pending) -> None:
+        """Apply the updates of a step that succeeded."""
+        for label, (before, after) in pending.items():
+            self.step_start[label] = before
+            self.states[label] = after
+
+    def begin_training_batch(self, labels: Iterable[str], tokens: list[Tokens], comm: Comm) -> None:
+        """Move the components of ``labels`` by one step from the whole training batch, and freeze their
+        values for its steps (only once every component succeeded)."""
+        values, pending = self.begin(labels, tokens, comm, reuse_batch_values=False)
+        for label, (_, after) in pending.items():
+            self.states[label] = self.step_start[label] = after
+        self.batch_values = values

@@ -1,0 +1,124 @@
+"""The step phase: what depends on the whole optimizer step, computed once over every micro-batch and rank.
+
+``gather`` runs, in order: the step level (dynamic sampling drops groups: their responses become
+padding; VCPO's learning-rate scale), the advantage estimator's fit, the stateful components'
+step (one loop, ``ComponentStates.begin``, shared
+with ``begin_training_batch``), each mask's step quantile, and the denominators
+
+    tokens_valid = sum valid,  tokens_kept = sum valid * prod_m keep_m,
+    sequences_valid = #{rows with a valid token},  sequences_kept = #{rows with a kept token},
+
+summed over micro-batches and ranks in one reduction that also carries the inputs' check (how
+many checked fields hold a non-finite value) and the deferred checks: one host read per gather.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from rlstab.aggregation import StepCounts
+from rlstab.comm import Comm
+from rlstab.compiler.advantages import fit_step_advantages
+from rlstab.compiler.inputs import Inputs, kept, mask_keeps
+from rlstab.compiler.states import ComponentStates, Pending
+from rlstab.compiler.step_stats import StepStats
+from rlstab.deferred import deferring
+from rlstab.lazy import torch
+from rlstab.non_finite import non_finite_count
+from rlstab.quantile import Population
+from rlstab.step import fit_step_level
+from rlstab.tokens import Tokens
+
+if TYPE_CHECKING:
+    from rlstab.objective import Objective
+
+
+class Gathered(NamedTuple):
+    """A step gathered, not yet committed."""
+
+    stats: StepStats
+    masked: list[tuple[list[torch.Tensor], torch.Tensor]]
+    """Each micro-batch's per-mask keeps and kept tokens (reused by a micro-batch that is its own step)."""
+    pending: Pending
+    """The components' state updates, to commit once the step succeeded."""
+    non_finite: bool
+    """(with ``check``) whether a checked input of some micro-batch on some rank is not finite."""
+
+
+class StepPhase:
+    """Gathers the step statistics of one objective (its ``inputs``, component ``states`` and ``fingerprint``)."""
+
+    def __init__(self, objective: Objective, inputs: Inputs, states: ComponentStates, fingerprint: str):
+        self.objective = objective
+        self.inputs = inputs
+        self.states = states
+        self.fingerprint = fingerprint
+
+    def gather(self, tokens: list[Tokens], comm: Comm, update_state: bool = True, check: bool = False) -> Gathered:
+        """The step's statistics from its micro-batches' ``tokens`` on this rank (collectively over ``comm``)."""
+        obj = self.objective
+        with deferring() as requirements:  # checks (a group id the step lacks) ride on the counts' transfer
+            step_level = fit_step_level(obj, tokens, comm)  # first: dropped groups become padding
+            advantage_state = fit_step_advantages(obj, tokens, comm)
+            values, pending = self.states.begin(self.states.components, tokens, comm, update_state=update_state)
+            thresholds = self._thresholds(tokens, comm)
+            masked = [(keeps, kept(t, keeps)) for t in tokens for keeps in [mask_keeps(obj, t, thresholds)]]
+            totals = self._totals(tokens, masked, comm, check)
+            totals = torch.cat([totals] + [holds.reshape(1).to(torch.float64) for holds, _ in requirements])
+        # Host sync: the step's denominators and the input check, all in one transfer (once per gather).
+        totals = totals.tolist()
+        for (_, error), holds in zip(requirements, totals[len(totals) - len(requirements):]):
+            if not holds:
+                raise error()
+        del totals[len(totals) - len(requirements):]
+        max_length = int(totals.pop()) if comm.distributed else max((t.valid.shape[-1] for t in tokens), default=0)
+        counts = StepCounts(*totals[:4], max_length=max_length, world_size=comm.world_size)
+        branch_counts = None
+        if obj.dual_stream is not None:
+            branch_counts = StepCounts(*totals[5:9], max_length=max_length, world_size=comm.world_size)
+        stats = StepStats(
+            counts, tuple(thresholds), advantage_state, tuple(values.values()), step_level, self.fingerprint,
+            obj.name or "custom", branch_counts,
+        )
+        return Gathered(stats, masked, pending, totals[4] > 0)
+
+    def _thresholds(self, tokens: list[Tokens], comm: Comm) -> list:
+        """Each mask's step quantile(s) over every micro-batch and rank: a 0-d tensor, a tuple of them, or None."""
+        thresholds = []
+        for mask in self.objective.masks:
+            requests = [mask.quantile_request(t) for t in tokens]
+            if not tokens or requests[0] is None:
+                thresholds.append(None)
+                continue
+            several = isinstance(requests[0], list)  # a list of requests: keep() gets a tuple of thresholds
+            found = tuple(
+                Population([(v, inc) for v, inc, _ in chunks], comm).quantile(
+                    chunks[0][2], getattr(mask, "interpolation", "linear"), self.objective.quantile_mode
+                )
+                for chunks in (zip(*requests) if several else [requests])
+            )
+            thresholds.append(found if several else found[0])
+        return thresholds
+
+    def _totals(self, tokens: list[Tokens], masked: list, comm: Comm, check: bool) -> torch.Tensor:
+        """float64 ``[valid tokens, kept tokens, valid rows, kept rows, non-finite inputs]`` (then the branch
+        stream's four with ``dual_stream``), summed over ranks; under ``torch.distributed`` the longest
+        response over ranks after them."""
+        dual = self.objective.dual_stream is not None
+        device = tokens[0].valid.device if tokens else torch.device("cpu")
+        local = torch.zeros(9 if dual else 5, dtype=torch.float64, device=device)
+        for t, (_, kept_tokens) in zip(tokens, masked):
+            valid_rows, kept_rows = t.valid.sum(-1), kept_tokens.sum(-1)
+            sums = [valid_rows.sum(), kept_rows.sum(), (valid_rows > 0).sum(), (kept_rows > 0).sum()]
+            fields = self.inputs.checked_fields(t.batch)
+            sums.append(non_finite_count(t.batch, fields) if check else torch.zeros((), device=device))
+            if dual:  # the branch stream's own denominators
+                branch = t.batch.is_branch.to(valid_rows.dtype)
+                sums += [(valid_rows * branch).sum(), (kept_rows * branch).sum(), ((valid_rows > 0) * branch).sum(),
+                         ((kept_rows > 0) * branch).sum()]
+            local = local + torch.stack([s.to(torch.float64) for s in sums])
+        totals = comm.sum(local)
+        if comm.distributed:  # the longest response over ranks rides on the same transfer
+            longest = max((t.valid.shape[-1] for t in tokens), default=0)
+            totals = torch.cat([totals, comm.max(torch.full((1,), longest, dtype=torch.float64, device=device))])
+        return totals
