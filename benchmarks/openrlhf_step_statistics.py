@@ -51,8 +51,8 @@ def main() -> None:
     import torch
     import torch.distributed as dist
 
+    from rlstab.adapters.openrlhf.config import OBJECTIVE_ENV, build_objective, objective_to_env
     from rlstab.adapters.openrlhf.hook import SETUP_HOOK
-    from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, build_objective, objective_to_env
 
     torch.set_num_threads(1)
     os.environ[OBJECTIVE_ENV] = objective_to_env(build_objective("stapo"))  # an entropy reader: Actor.forward wrapped

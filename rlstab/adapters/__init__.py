@@ -1,5 +1,10 @@
-"""Trainer adapters (veRL, OpenRLHF, TRL).
+"""Trainer adapters (veRL, OpenRLHF, TRL), one skeleton each.
 
-Each adapter maps its trainer's tensors onto [`TokenBatch`][rlstab.TokenBatch] in exactly one place and
-imports its trainer lazily, so ``import rlstab`` never pulls a trainer in.
+Every adapter folder has the same parts under the same names: ``inputs`` (the one place the
+trainer's tensors become a [`TokenBatch`][rlstab.TokenBatch]), ``counts`` (the trainer's counts as
+the step's denominators), ``step_scope`` (step-wide statistics), ``loss``, ``config`` (start-up
+checks, torch-free), ``checkpoint`` and ``metrics``. What all three do is written once here:
+``global_counts``, ``prepared_step``, ``trainer_parts``, ``state_file``, ``optimizer_steps`` and
+``post_import``. Each adapter imports its trainer lazily, so ``import rlstab`` never pulls a
+trainer in. The docs page "Writing an adapter" describes each part.
 """

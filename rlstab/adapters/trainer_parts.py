@@ -1,13 +1,23 @@
-"""The parts of an objective that only a trainer can execute, and what each adapter says when its trainer cannot.
+"""What an objective needs from a trainer, and what each adapter says, at start-up, when its trainer cannot give it.
 
-The loss (masks, reweighters, surrogate, aggregation, regularisers) runs wherever the compiled
-objective is called. The rest needs the trainer: the step's learning rate (``lr_scale``), each
-response's own gradient (``advantage: opob``), which prompts are drawn (``sampler:``), how rollouts
-are generated (``rollout:``), and branch rows in the batch (``dual_stream:``). rlstab's embedded
-trainer executes all of them; an adapter refuses, at start-up, each one its trainer cannot.
+- **Parts only a trainer executes** ([`unexecutable`][rlstab.adapters.trainer_parts.unexecutable]).
+  The loss (masks, reweighters, surrogate, aggregation, regularisers) runs wherever the compiled
+  objective is called. The rest needs the trainer: the step's learning rate (``lr_scale``), each
+  response's own gradient (``advantage: opob``), which prompts are drawn (``sampler:``), how
+  rollouts are generated (``rollout:``), and branch rows in the batch (``dual_stream:``). rlstab's
+  embedded trainer executes all of them; an adapter refuses each one its trainer cannot.
+- **Tensors only a trainer supplies** ([`unsupplied`][rlstab.adapters.trainer_parts.unsupplied]):
+  a component reading a ``TokenBatch`` field the trainer's loss call does not carry.
+- **Regularisers the trainer adds itself** ([`added_by_trainer`][rlstab.adapters.trainer_parts.added_by_trainer]):
+  the entropy bonus and the KL term, which veRL and OpenRLHF add outside the policy loss.
+
+Every check reads the objective and its plan ([`Objective.plan`][rlstab.Objective.plan]), never
+its compiled loss, so that checking a config imports no torch.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
 
 VERL_SAMPLER = (
     "trainer.use_v1=False data.custom_cls.path=pkg://rlstab.adapters.verl.sampler "
@@ -46,4 +56,33 @@ def unexecutable(objective, trainer: str, *, sampler_hook: bool = False) -> list
             "(TokenBatch.is_branch); call the compiled objective from an agent loop that makes them, or use rlstab's "
             "embedded trainer"
         )
+    return problems
+
+
+def unsupplied(objective, advice: Mapping[str, str], *, reported: Iterable[str] = ()) -> list[str]:
+    """One problem line per component that reads a ``TokenBatch`` field the trainer does not supply.
+
+    ``advice``: field -> why the trainer lacks it and what to do instead. ``reported``: component
+    labels another check already refused (a regulariser the trainer adds itself), left out here.
+    """
+    plan, reported = objective.plan(), set(reported)
+    return [
+        f"{who} reads TokenBatch.{field}: {why}"
+        for field, why in advice.items()
+        for who in dict.fromkeys(plan.readers(field))
+        if who not in reported
+    ]
+
+
+def added_by_trainer(objective, trainer: str, advice: Mapping[type, str]) -> dict[str, str]:
+    """The objective's regularisers that ``trainer`` adds itself: label -> the problem line, with what to set instead.
+
+    ``advice``: regulariser class (``EntropyBonus``, ``KLPenalty``) -> the trainer's setting for it.
+    """
+    problems = {}
+    for i, reg in enumerate(objective.regularisers):
+        for kind, setting in advice.items():
+            if isinstance(reg, kind):
+                label = f"regularisers[{i}] ({reg.kind})"
+                problems[label] = f"{label}: not available in {trainer}; {setting}"
     return problems

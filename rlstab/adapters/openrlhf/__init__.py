@@ -16,8 +16,8 @@ imported): ``RlstabPolicyLoss``, which loads OpenRLHF's loss module and deepspee
 first access.
 """
 
+from rlstab.adapters.openrlhf.config import OBJECTIVE_ENV, build_objective
 from rlstab.adapters.openrlhf.hook import install
-from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, build_objective
 from rlstab.adapters.openrlhf.source import SUPPORTED_OPENRLHF
 
 __all__ = ["OBJECTIVE_ENV", "SUPPORTED_OPENRLHF", "RlstabPolicyLoss", "build_objective", "install"]

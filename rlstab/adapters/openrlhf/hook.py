@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 
-from rlstab.adapters.openrlhf.objective import (
+from rlstab.adapters.openrlhf.config import (
     OBJECTIVE_ENV,
     STEP_STATISTICS_ENV,
     build_objective,
@@ -63,7 +63,7 @@ def install(objective=None, step_statistics: str | None = None) -> Objective:
         loaded = build_objective(objective)
         os.environ[OBJECTIVE_ENV] = objective_to_env(loaded)
     when_imported(PPO_ACTOR_MODULE, _use_rlstab_loss)
-    if loaded.compile().readers("entropy"):
+    if loaded.plan().readers("entropy"):
         when_imported(ACTOR_MODULE, _attach_entropy)
     return loaded
 

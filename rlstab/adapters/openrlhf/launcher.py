@@ -23,14 +23,14 @@ import runpy
 import sys
 from collections.abc import Callable, Sequence
 
-from rlstab.adapters.openrlhf.hook import SETUP_HOOK
-from rlstab.adapters.openrlhf.objective import (
+from rlstab.adapters.openrlhf.config import (
     OBJECTIVE_ENV,
     STEP_STATISTICS,
     STEP_STATISTICS_ENV,
     build_objective,
     objective_to_env,
 )
+from rlstab.adapters.openrlhf.hook import SETUP_HOOK
 from rlstab.errors import ConfigError
 from rlstab.loading import parse_yaml
 

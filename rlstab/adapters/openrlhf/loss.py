@@ -8,8 +8,9 @@ in its constructor and calls it once per micro-batch in ``training_step``::
         dp_size=..., batch_num_tokens=..., global_batch_size=...)
 
 This subclass keeps that constructor and that call, maps OpenRLHF's tensors onto a
-[`TokenBatch`][rlstab.TokenBatch] (the only place OpenRLHF's names appear), turns OpenRLHF's global
-counts into the step's denominators, and returns the same 5-tuple with OpenRLHF's meanings.
+[`TokenBatch`][rlstab.TokenBatch] ([`inputs`][rlstab.adapters.openrlhf.inputs]), turns OpenRLHF's
+global counts into the step's denominators ([`counts`][rlstab.adapters.openrlhf.counts]), and
+returns the same 5-tuple with OpenRLHF's meanings.
 
 Where the step's statistics come from (``step_statistics``): ``optimizer_step`` (default) uses the
 statistics that [`step_scope`][rlstab.adapters.openrlhf.step_scope] gathered over the whole
@@ -21,26 +22,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from rlstab.adapters.global_counts import number, with_global_counts
-from rlstab.adapters.openrlhf.entropy import entropy_of
-from rlstab.adapters.openrlhf.is_correction import ISCorrection
-from rlstab.adapters.openrlhf.objective import (
+from rlstab.adapters.openrlhf.config import (
     build_objective,
     check_step_statistics,
     objective_from_env,
     step_statistics_from_env,
 )
-from rlstab.adapters.openrlhf.prepared import prepared_step
+from rlstab.adapters.openrlhf.counts import step_stats, with_trainer_counts
+from rlstab.adapters.openrlhf.entropy import entropy_of
+from rlstab.adapters.openrlhf.inputs import token_batch
+from rlstab.adapters.openrlhf.is_correction import ISCorrection
 from rlstab.adapters.openrlhf.source import loss_module
 from rlstab.adapters.optimizer_steps import StepTracker
+from rlstab.adapters.prepared_step import prepared_step
 from rlstab.aggregation import TokenMean
-from rlstab.batch import TokenBatch
 from rlstab.clipping import GSPO, PPOClip
-from rlstab.compiled import CompiledObjective, StepStats
 from rlstab.lazy import torch
 from rlstab.objective import Objective
+
+if TYPE_CHECKING:
+    from rlstab.batch import TokenBatch
+    from rlstab.compiled import CompiledObjective, StepStats
 
 _log = logging.getLogger(__name__)
 
@@ -163,8 +167,8 @@ class RlstabPolicyLoss(PolicyLoss):
                 f"{', '.join(compiled.readers('rollout_logprobs'))} reads vLLM's log-probabilities, which OpenRLHF "
                 "records only with --algo.advantage.is_correction_level token|seq (its correction then applies too)"
             )
-        batch, vllm_kl, is_filter_ratio = self.token_batch(
-            log_probs, old_log_probs, advantages, action_mask, rollout_log_probs, entropy
+        batch, vllm_kl, is_filter_ratio = token_batch(
+            self, log_probs, old_log_probs, advantages, action_mask, rollout_log_probs, entropy
         )
         if self.step_statistics == "optimizer_step":
             step = self._prepared(batch, dp_size, batch_num_tokens, global_batch_size)
@@ -183,107 +187,19 @@ class RlstabPolicyLoss(PolicyLoss):
         ppo_kl = ((old_log_probs.detach().float() - log_probs.detach().float()) * valid).sum() / valid.sum()
         return out.loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio
 
-    def token_batch(
-        self,
-        log_probs: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        advantages: torch.Tensor,
-        action_mask: torch.Tensor,
-        rollout_log_probs: torch.Tensor | None,
-        entropy: torch.Tensor | None,
-    ) -> tuple[TokenBatch, torch.Tensor | None, torch.Tensor | None]:
-        """OpenRLHF's tensors as a TokenBatch, with ``vllm_kl`` and ``is_filter_ratio`` (None without correction).
-
-        The one place OpenRLHF's names become rlstab's: the loss and the step-wide gather
-        (which passes the current policy's log-probs and entropy from its no-grad forward) build
-        their batches here, so both see the same importance weights and the same old log-probs.
-        """
-        old = old_log_probs
-        is_weights = vllm_kl = is_filter_ratio = None
-        if self.is_correction.enabled:
-            if rollout_log_probs is None:
-                raise ValueError(
-                    f"is_correction_level={self.is_correction.level!r} needs rollout_log_probs, which this call lacks"
-                )
-            if isinstance(self.objective.surrogate, GSPO):
-                old = rollout_log_probs  # OpenRLHF's gspo: the sequence ratio is taken against vLLM's log-probs
-            else:
-                is_weights, vllm_kl, is_filter_ratio = self.is_correction.weights(old_log_probs, rollout_log_probs, action_mask)
-        batch = TokenBatch(
-            logprobs=log_probs,
-            response_mask=action_mask,
-            old_logprobs=old,
-            advantages=advantages,
-            entropy=entropy,
-            rollout_logprobs=rollout_log_probs,
-            is_weights=is_weights,
-        )
-        return batch, vllm_kl, is_filter_ratio
-
     def _prepared(self, batch: TokenBatch, dp_size, batch_num_tokens, global_batch_size) -> StepStats:
         """The optimizer step's statistics gathered before its first micro-batch, with OpenRLHF's global counts."""
-        stats = prepared_step()
-        if stats is None:
+        prepared = prepared_step()
+        if prepared is None:
             raise RuntimeError(
                 "RlstabPolicyLoss(step_statistics='optimizer_step') was called without the optimizer step's statistics: "
                 "they are gathered by ActorPPOTrainer.ppo_train, wrapped by rlstab's hook (start the run with "
                 "`python -m rlstab.adapters.openrlhf`). To make each micro-batch its own step (statistics from this "
                 "micro-batch alone), use step_statistics='local' (launcher: --step-statistics local)"
             )
-        return with_openrlhf_counts(self.compiled, stats, dp_size, batch_num_tokens, global_batch_size)
-
-
-def step_stats(
-    compiled: CompiledObjective,
-    batch: TokenBatch,
-    dp_size: int = 1,
-    batch_num_tokens=None,
-    global_batch_size=None,
-    update_state: bool = True,
-) -> StepStats:
-    """The step statistics of one OpenRLHF micro-batch, with OpenRLHF's global counts (``step_statistics='local'``).
-
-    OpenRLHF's ``aggregate_loss`` divides a token mean by ``batch_num_tokens`` and a sequence
-    mean by ``global_batch_size`` — the step's valid tokens and non-empty responses over every
-    micro-batch of the optimizer step and every data-parallel rank, divided by the
-    gradient-accumulation steps (DeepSpeed scales each micro-batch loss by their inverse) — and
-    multiplies by ``dp_size`` (DeepSpeed averages gradients over ranks). When the count the
-    objective's aggregation divides by is None, OpenRLHF takes the micro-batch's own mean without
-    ``dp_size``, and so does this (the micro-batch is its own step). ``update_state``: advance
-    stateful components (on the optimizer step's first micro-batch only).
-
-    Exact over the step: those counts and ``dp_size``. Per micro-batch, because OpenRLHF runs
-    forward, loss and backward one micro-batch at a time and the current policy's entropy does
-    not exist before its forward: mask thresholds (entropy quantiles), the kept share
-    (``count: kept`` divides by the global count times this micro-batch's kept fraction), and
-    ``seq-mean-token-sum-norm``'s ``max_length`` (this micro-batch's padded length).
-    """
-    local = compiled.gather([batch], distributed=False, update_state=update_state)
-    return with_openrlhf_counts(compiled, local, dp_size, batch_num_tokens, global_batch_size)
-
-
-def with_openrlhf_counts(
-    compiled: CompiledObjective, stats: StepStats, dp_size: int = 1, batch_num_tokens=None, global_batch_size=None
-) -> StepStats:
-    """``stats`` with OpenRLHF's global counts as the denominators, so the loss keeps OpenRLHF's normalisation.
-
-    The valid counts are OpenRLHF's (``batch_num_tokens``, ``global_batch_size``, ``dp_size``); the
-    kept counts are those times the kept share of ``stats``: the micro-batch's own share for a
-    micro-batch's statistics, the whole step's (every micro-batch and rank) for step-wide ones.
-    When the count the aggregation divides by is None, ``stats`` is returned as it is.
-    """
-    uses_tokens = isinstance(compiled.objective.aggregation, TokenMean)
-    total = batch_num_tokens if uses_tokens else global_batch_size
-    if total is None:
-        return stats
-    counts = with_global_counts(
-        stats.counts,
-        tokens=number(batch_num_tokens),
-        sequences=number(global_batch_size),
-        max_length=stats.counts.max_length,
-        world_size=int(dp_size),
-    )
-    return replace(stats, counts=counts)
+        return with_trainer_counts(
+            self.compiled, prepared.stats, dp_size, batch_num_tokens, global_batch_size, prepared.counted
+        )
 
 
 def openrlhf_settings_ignored(loss: RlstabPolicyLoss) -> list[str]:

@@ -38,10 +38,10 @@ import functools
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from rlstab.adapters.global_counts import counted
 from rlstab.adapters.openrlhf.entropy import detached_compute_entropy
-from rlstab.adapters.openrlhf.prepared import preparing
-from rlstab.batch import TokenBatch
-from rlstab.compiled import StepStats
+from rlstab.adapters.openrlhf.inputs import empty_batch, experience_batch, on_device
+from rlstab.adapters.prepared_step import PreparedStep, preparing
 from rlstab.lazy import torch
 
 
@@ -53,7 +53,7 @@ class _TrainingBatch:
     loss: object
     steps_done: int = 0
     window: list = field(default_factory=list)  # the experiences of the current optimizer step
-    stats: StepStats | None = None  # their statistics
+    stats: PreparedStep | None = None  # their statistics
 
 
 _CURRENT: ContextVar[_TrainingBatch | None] = ContextVar("rlstab_openrlhf_training_batch", default=None)
@@ -196,14 +196,14 @@ def begin_training_batch(trainer, loss) -> None:
     for start in range(0, len(items), size):
         experience = buffer.collate_fn(items[start : start + size])
         entropy = current_policy(trainer, experience)[1] if needs_entropy else None
-        old = _on_device(experience.action_log_probs)
-        batches.append(_token_batch(loss, experience, old, entropy))
+        old = on_device(experience.action_log_probs)
+        batches.append(experience_batch(loss, experience, old, entropy))
     if not batches:
-        batches = [_empty_batch()]
+        batches = [empty_batch()]
     compiled.begin_training_batch(batches, group=dp_group(trainer.strategy))
 
 
-def gather_step(trainer, loss, experiences: list, first: bool) -> StepStats:
+def gather_step(trainer, loss, experiences: list, first: bool) -> PreparedStep:
     """The optimizer step's statistics over its micro-batches on every data-parallel rank (collective).
 
     ``first``: the training batch's first optimizer step, where the current policy is the one that
@@ -216,11 +216,12 @@ def gather_step(trainer, loss, experiences: list, first: bool) -> StepStats:
     batches = []
     for experience in experiences:
         if reuse_old:
-            logprobs, entropy = _on_device(experience.action_log_probs), None
+            logprobs, entropy = on_device(experience.action_log_probs), None
         else:
             logprobs, entropy = current_policy(trainer, experience)
-        batches.append(_token_batch(loss, experience, logprobs, entropy))
-    return compiled.gather(batches, group=dp_group(trainer.strategy))
+        batches.append(experience_batch(loss, experience, logprobs, entropy))
+    group = dp_group(trainer.strategy)
+    return PreparedStep(compiled.gather(batches, group=group), counted(compiled, batches, group=group))
 
 
 @torch.no_grad()
@@ -233,8 +234,8 @@ def current_policy(trainer, experience) -> tuple[torch.Tensor, torch.Tensor | No
     """
     compiled = trainer.actor_loss_fn.compiled
     needs_entropy = bool(compiled.readers("entropy"))
-    sequences = _on_device(experience.sequences)
-    action_mask = _on_device(experience.action_mask)
+    sequences = on_device(experience.sequences)
+    action_mask = on_device(experience.action_mask)
     mm_inputs = {}
     if getattr(experience, "mm_train_inputs", None) and getattr(trainer.actor, "is_vlm", False):
         from openrlhf.utils.vlm_utils import merge_mm_train_inputs
@@ -244,7 +245,7 @@ def current_policy(trainer, experience) -> tuple[torch.Tensor, torch.Tensor | No
         log_probs, output = trainer.actor(
             sequences,
             action_mask,
-            attention_mask=_on_device(experience.attention_mask),
+            attention_mask=on_device(experience.attention_mask),
             return_output=True,
             ring_attn_group=trainer.strategy.ring_attn_group,
             packed_seq_lens=None,
@@ -253,33 +254,3 @@ def current_policy(trainer, experience) -> tuple[torch.Tensor, torch.Tensor | No
         )
     entropy = output.entropy[:, -action_mask.shape[1] :].detach() if needs_entropy else None
     return log_probs.detach(), entropy
-
-
-def _token_batch(loss, experience, logprobs, entropy) -> TokenBatch:
-    batch, _, _ = loss.token_batch(
-        logprobs,
-        _on_device(experience.action_log_probs),
-        _on_device(experience.advantages),
-        _on_device(experience.action_mask),
-        _on_device(experience.rollout_log_probs),
-        entropy,
-    )
-    return batch
-
-
-def _device():
-    """Where ``ppo_train`` puts the experiences (``torch.cuda.current_device()``), CPU without CUDA."""
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _on_device(tensor):
-    """A copy on the training device (the experience itself is left where it is: ``ppo_train`` moves it)."""
-    return tensor.to(_device()) if isinstance(tensor, torch.Tensor) else tensor
-
-
-def _empty_batch() -> TokenBatch:
-    """A micro-batch without rows, so that a rank with an empty replay buffer still enters every collective."""
-    device = _device()
-    zeros = torch.zeros(0, 1, device=device)
-    return TokenBatch(logprobs=zeros, response_mask=torch.zeros(0, 1, dtype=torch.bool, device=device),
-                      old_logprobs=zeros, advantages=zeros, entropy=zeros)

@@ -8,6 +8,6 @@ Importing this module imports ``trl`` (``pip install "rlstab[trl]"``); ``import 
 """
 
 from rlstab.adapters.trl.compat import SUPPORTED_TRL
-from rlstab.adapters.trl.trainer import RlstabGRPOTrainer
+from rlstab.adapters.trl.loss import RlstabGRPOTrainer
 
 __all__ = ["SUPPORTED_TRL", "RlstabGRPOTrainer"]

@@ -25,6 +25,8 @@ model or the reference model is loaded, so a conflict costs seconds, not a rollo
 - **Advantages come from TRL** (``scale_rewards``, ``multi_objective_aggregation``); the
   objective's ``advantage`` estimator is not used. A warning when they disagree (for example the
   ``dr_grpo`` preset, which does not divide by the group std, under ``scale_rewards='group'``).
+
+The checks read the objective and its plan, never its compiled loss: checking compiles nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import dataclasses
 import warnings
 from typing import Any
 
-from rlstab.adapters.trainer_parts import unexecutable
+from rlstab.adapters.trainer_parts import unexecutable, unsupplied
 from rlstab.advantages import GRPO, Given
 from rlstab.errors import ConfigError
 from rlstab.loading import load
@@ -148,8 +150,8 @@ def _refusals(objective: Objective, args) -> list[str]:
             f"entropy_coef = {args.entropy_coef!r}: TRL would add its own entropy bonus; {advice}"
         )
     problems += unexecutable(objective, "TRL")
-    compiled = objective.compile()
-    batched = compiled.training_batch_components()
+    plan = objective.plan()
+    batched = plan.training_batch
     steps = args.steps_per_generation * args.num_iterations
     if batched and steps != args.gradient_accumulation_steps:
         problems.append(
@@ -159,7 +161,7 @@ def _refusals(objective: Objective, args) -> list[str]:
             "optimizer step would be its own); set its cadence: optimizer_step, or train one optimizer step per "
             "generation batch (steps_per_generation = gradient_accumulation_steps, num_iterations = 1)"
         )
-    rollout = compiled.readers("rollout_logprobs")
+    rollout = plan.readers("rollout_logprobs")
     if rollout and args.use_vllm and args.vllm_importance_sampling_correction:
         problems.append(
             f"vllm_importance_sampling_correction = True: TRL would apply its own importance-sampling correction on top "
@@ -188,22 +190,16 @@ def _refusals(objective: Objective, args) -> list[str]:
 
 
 def _unavailable_fields(objective: Objective, args) -> list[str]:
-    compiled = objective.compile()
     available = {
         "rollout_logprobs": bool(args.use_vllm),
         "ref_logprobs": args.beta != 0.0,
         "rewards": False,
         "group_ids": False,
     }
-    problems = []
-    for field, advice in _FIELD_SOURCES.items():
-        if available[field]:
-            continue
-        for who in compiled.readers(field):
-            if who.startswith("regularisers") and field == "ref_logprobs":
-                continue  # the beta rule above says what to do
-            problems.append(f"{who} reads TokenBatch.{field}: {advice}")
-    return problems
+    advice = {field: why for field, why in _FIELD_SOURCES.items() if not available[field]}
+    # A kl regulariser without reference log-probabilities: the beta rule says what to do.
+    kls = [f"regularisers[{i}] ({r.kind})" for i, r in enumerate(objective.regularisers) if isinstance(r, KLPenalty)]
+    return unsupplied(objective, advice, reported=kls)
 
 
 def _ignored_policy_flags(objective: Objective, args) -> list[str]:

@@ -25,17 +25,24 @@ so that the ``token-mean`` loss stays TRL's ``dapo`` loss.
 
 ``B * GA * P`` counts every completion, also one that ``mask_truncated_completions`` emptied, as
 TRL's per-micro-batch ``.mean()`` does (rlstab on its own counts responses with at least one token).
+
+These are the trainer's counts of [`with_global_counts`][rlstab.adapters.global_counts.with_global_counts],
+as veRL's and OpenRLHF's are: what they count over a gathered scope is its loss-mask tokens and
+every row ([`Counted`][rlstab.adapters.global_counts.Counted]). A mask whose rejected tokens become
+padding (rollout rejection with ``rejected: padding``) shrinks the valid counts by the gathered
+share, as in the other adapters.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rlstab.aggregation import StepCounts
-from rlstab.batch import TokenBatch
-from rlstab.comm import Comm
-from rlstab.compiled import CompiledObjective, StepStats
-from rlstab.lazy import torch
+from rlstab.adapters.global_counts import Counted, rejects, response_counts, with_global_counts
+
+if TYPE_CHECKING:
+    from rlstab.batch import TokenBatch
+    from rlstab.compiled import CompiledObjective, StepStats
 
 
 @dataclass(frozen=True)
@@ -107,24 +114,40 @@ def step_stats(
     trainer passes True on the first micro-batch of each optimizer step only.
     """
     local = compiled.gather([batch], distributed=distributed, update_state=update_state)
-    c = local.counts
-    rejects = any(getattr(m, "acts_on_valid", False) for m in compiled.objective.masks)
-    raw_tokens = c.tokens_valid  # the response-mask tokens TRL counts (this micro-batch, every process)
-    sequences_valid = scale.sequences
-    if rejects:  # gather dropped rejected tokens from the valid ones; TRL's counts still hold them
-        mask_tokens = batch.response_mask.sum().to(torch.float64).reshape(1)
-        raw_tokens = float(Comm(distributed=distributed).sum(mask_tokens)[0])
-        sequences_valid = c.sequences_valid * scale.accumulation
-    counts = StepCounts(
-        tokens_valid=_share(scale.tokens, c.tokens_valid, raw_tokens),
-        tokens_kept=_share(scale.tokens, c.tokens_kept, raw_tokens),
-        sequences_valid=sequences_valid,
-        sequences_kept=c.sequences_kept * scale.accumulation,
+    return with_trainer_counts(local, scale, counted(compiled, [batch], local, scale, distributed=distributed))
+
+
+def counted(
+    compiled: CompiledObjective,
+    batches: list[TokenBatch],
+    stats: StepStats,
+    scale: TrlScale,
+    *,
+    distributed: bool | None = None,
+) -> Counted:
+    """What TRL's counts count over ``batches`` of this process and the same micro-batches of every process.
+
+    Every row (``B * P`` per micro-batch), and the loss-mask tokens: the gathered valid count of
+    ``stats``, or, when the objective rejects tokens into padding (which leaves them out of it),
+    the loss mask summed over ``batches`` and processes.
+    """
+    rows = float(sum(b.shape[0] for b in batches) * scale.world_size)
+    if not rejects(compiled):
+        return Counted(tokens=stats.counts.tokens_valid, sequences=rows, rejects=False)
+    tokens, _ = response_counts(batches, distributed=distributed)
+    return Counted(tokens=tokens, sequences=rows, rejects=True)
+
+
+def with_trainer_counts(stats: StepStats, scale: TrlScale, scope: Counted, *, tokens: bool = True) -> StepStats:
+    """``stats`` with TRL's counts as the denominators (``scope``: what they count over the gathered micro-batches).
+
+    ``tokens=False`` keeps the gathered token counts: over a whole gathered optimizer step they are exact.
+    """
+    return with_global_counts(
+        stats,
+        tokens=scale.tokens if tokens else None,
+        sequences=scale.sequences,
         max_length=scale.max_length,
         world_size=scale.world_size,
+        counted=scope,
     )
-    return replace(local, counts=counts)
-
-
-def _share(total: float, part: float, whole: float) -> float:
-    return total * part / whole if whole > 0 else 0.0

@@ -10,7 +10,7 @@ import it:
    per-token entropy (verl hands entropy only to its entropy bonus)
    ([`model_output`][rlstab.adapters.verl.model_output]);
 3. adds start-up checks to ``ActorConfig`` (entropy switched on when the objective reads it,
-   ``loss_mode`` and ``_target_`` consistent) ([`startup`][rlstab.adapters.verl.startup]);
+   ``loss_mode`` and ``_target_`` consistent) ([`check_actor`][rlstab.adapters.verl.config.check_actor]);
 4. wraps ``TrainingWorker.set_loss_fn`` so that an actor whose loss is rlstab's computes its
    entropy with ``rlstab.stats`` instead of keeping a ``[tokens, V]`` softmax in the graph
    ([`entropy`][rlstab.adapters.verl.entropy]).

@@ -9,12 +9,12 @@ Where: ``TrainingWorker.save_checkpoint`` and ``load_checkpoint``, which ``Actor
 calls for the actor and which every rank runs (``Dispatch.ONE_TO_ALL``). The wraps run veRL's own
 save or load first, unchanged, then:
 
-- **save**: ``compiled.state_dict()`` is written as ``<local_path>/rlstab_state.pt`` (``torch.save``
-  of plain values, as the TRL adapter saves it) by global rank 0 only: the state is identical on
-  every rank, because it moves from statistics gathered over all of them. Written to a temporary
-  name and renamed, so that an interrupted save leaves no half file; then a barrier, so that no rank
-  returns before the checkpoint is whole. Nothing is written when no component keeps state, and a
-  file left in that folder by an earlier save is removed: the folder then describes this save only.
+- **save**: ``compiled.state_dict()`` is written as ``<local_path>/rlstab_state.pt``
+  ([`write_state`][rlstab.adapters.state_file.write_state], as the TRL adapter writes it) by global
+  rank 0 only: the state is identical on every rank, because it moves from statistics gathered over
+  all of them. Then a barrier, so that no rank returns before the checkpoint is whole. Nothing is
+  written when no component keeps state, and a file left in that folder by an earlier save is
+  removed: the folder then describes this save only.
 - **load**: rank 0 reads the file and broadcasts what it found; every rank restores it with
   ``load_state_dict``. Only rank 0 needs to see the file, on the disk where rank 0 wrote it, as
   each FSDP rank reads only its own shard files (veRL asks for no shared file system).
@@ -46,14 +46,15 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from typing import TYPE_CHECKING
 
-from rlstab.adapters.verl.config import RlstabPolicyLossConfig
-from rlstab.compiled import CompiledObjective
+from rlstab.adapters.state_file import STATE_FILE, read_state, state_path, write_state
+from rlstab.adapters.verl.config import RlstabPolicyLossConfig, worker_policy_loss
 from rlstab.errors import StateError
 from rlstab.lazy import torch
 
-STATE_FILE = "rlstab_state.pt"
-"""The file, in the actor's checkpoint folder, that keeps the state of stateful components (as the TRL adapter names it)."""
+if TYPE_CHECKING:
+    from rlstab.compiled import CompiledObjective
 
 _log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def wrap_training_worker(training_worker_class: type) -> None:
     @functools.wraps(save)  # keeps verl's dispatch registration (function attributes)
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
         result = save(self, local_path, hdfs_path, global_step, max_ckpt_to_keep)
-        policy_loss = rlstab_policy_loss(self)
+        policy_loss = worker_policy_loss(self)
         if policy_loss is not None and local_path is not None and _with_extra(self, "save_contents"):
             save_state(policy_loss.rlstab_compiled, local_path)
         return result
@@ -77,13 +78,13 @@ def wrap_training_worker(training_worker_class: type) -> None:
         result = load(self, local_path, hdfs_path, del_local_after_load)
         if local_path is None:  # veRL loads nothing either
             return result
-        policy_loss = rlstab_policy_loss(self)
+        policy_loss = worker_policy_loss(self)
         if policy_loss is not None:
             if _with_extra(self, "load_contents"):
                 load_state(policy_loss, local_path, del_local_after_load)
             elif _rank() == 0:
                 _log.info("rlstab: checkpoint.load_contents has no 'extra': the objective's state is not restored")
-        elif _rank() == 0 and os.path.exists(os.path.join(local_path, STATE_FILE)):  # a local folder only
+        elif _rank() == 0 and os.path.exists(state_path(local_path)):  # a local folder only
             _log.warning(
                 "rlstab: %s holds a state file, but this worker's loss is not rlstab's (or is not set yet): ignored",
                 local_path,
@@ -102,24 +103,10 @@ def _with_extra(worker, contents: str) -> bool:
     return listed is None or "extra" in listed
 
 
-def rlstab_policy_loss(worker) -> RlstabPolicyLossConfig | None:
-    """The worker's rlstab policy-loss config (``loss_fn = partial(ppo_loss, config=actor_config)``), or None."""
-    config = getattr(getattr(worker, "loss_fn", None), "keywords", {}).get("config")
-    policy_loss = getattr(config, "policy_loss", None)
-    return policy_loss if isinstance(policy_loss, RlstabPolicyLossConfig) else None
-
-
 def save_state(compiled: CompiledObjective, folder: str) -> None:
     """Write ``compiled.state_dict()`` to ``folder/rlstab_state.pt`` on rank 0 (or remove a stale file there)."""
-    state = compiled.state_dict()
-    path = os.path.join(folder, STATE_FILE)
     if _rank() == 0:
-        if state:
-            partial_path = f"{path}.partial"
-            torch.save(state, partial_path)
-            os.replace(partial_path, path)
-        elif os.path.exists(path):  # left by an earlier save to this folder; this objective keeps no state
-            os.remove(path)
+        write_state(compiled.state_dict(), folder)
     _barrier()
 
 
@@ -129,7 +116,7 @@ def load_state(policy_loss: RlstabPolicyLossConfig, folder: str, del_local_after
     Raises [`StateError`][rlstab.StateError] when the file's state does not fit the objective or
     cannot be read; every rank raises the same.
     """
-    path = os.path.join(folder, STATE_FILE)
+    path = state_path(folder)
     found = _read(path, del_local_after_load) if _rank() == 0 else None
     found = _broadcast(found)
     compiled = policy_loss.rlstab_compiled
@@ -170,7 +157,7 @@ def _read(path: str, del_local_after_load: bool) -> tuple[str, object]:
 
         local = copy_to_local(path)  # the path itself when it is local
         try:
-            return "state", torch.load(local, weights_only=True)
+            return "state", read_state(local)
         finally:
             if del_local_after_load and is_non_local(path):
                 os.remove(local)

@@ -1,31 +1,42 @@
-"""``RlstabPolicyLossConfig``: the objective chosen in verl's Hydra config.
+"""The objective chosen in verl's Hydra config, and the start-up checks of verl's config around it.
 
-verl rejects unknown keys under ``actor_rollout_ref.actor.policy_loss`` unless
-``policy_loss._target_`` names a subclass of ``verl.workers.config.PolicyLossConfig`` that
-declares them. This is that subclass. It is instantiated when verl builds its ``ActorConfig``
-(in the driver's ``validate_config``, before any worker starts, and again in each worker), and
-it loads and validates the objective right there, so a misspelt field fails the run at start-up
-instead of at the first update.
+- ``RlstabPolicyLossConfig``: verl rejects unknown keys under ``actor_rollout_ref.actor.policy_loss``
+  unless ``policy_loss._target_`` names a subclass of ``verl.workers.config.PolicyLossConfig`` that
+  declares them. This is that subclass. It is instantiated when verl builds its ``ActorConfig``
+  (in the driver's ``validate_config``, before any worker starts, and again in each worker), and
+  it loads and validates the objective right there
+  ([`build_objective`][rlstab.adapters.verl.config.build_objective]), so a misspelt field fails
+  the run at start-up instead of at the first update.
+- [`check_actor`][rlstab.adapters.verl.config.check_actor], run after ``ActorConfig.__post_init__``:
+  the policy-loss config cannot see the actor section around it, and whether the engine computes
+  entropy is an actor setting. verl builds its ``ActorConfig`` in the driver before any worker or
+  rollout starts, so the check fails the run in seconds with the flag to set.
+
+Both read the objective and its plan, never its compiled loss: checking a config compiles nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl.workers.config import PolicyLossConfig
 
 from rlstab.adapters.optimizer_steps import StepTracker
-from rlstab.adapters.trainer_parts import VERL_SAMPLER, unexecutable
-from rlstab.compiled import CompiledObjective
+from rlstab.adapters.trainer_parts import VERL_SAMPLER, added_by_trainer, unexecutable, unsupplied
 from rlstab.errors import ConfigError
 from rlstab.loading import load
 from rlstab.objective import Objective
 from rlstab.presets import closest_presets, preset_names
 from rlstab.regularisers import EntropyBonus, KLPenalty
 
+if TYPE_CHECKING:
+    from rlstab.compiled import CompiledObjective
+
 CONFIG_PATH = "actor_rollout_ref.actor.policy_loss"
+ACTOR_PATH = "actor_rollout_ref.actor"
 _log = logging.getLogger(__name__)
 STEP_STATISTICS = ("optimizer_step", "local", "data_parallel")
 ENTROPY_FUNCTIONS = ("rlstab", "verl")
@@ -116,6 +127,12 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
         return self._rlstab_compiled
 
 
+def worker_policy_loss(worker) -> RlstabPolicyLossConfig | None:
+    """A ``TrainingWorker``'s rlstab policy-loss config (``loss_fn = partial(ppo_loss, config=actor_config)``), or None."""
+    config = getattr(getattr(worker, "loss_fn", None), "keywords", {}).get("config")
+    policy_loss = getattr(config, "policy_loss", None)
+    return policy_loss if isinstance(policy_loss, RlstabPolicyLossConfig) else None
+
 
 def build_objective(objective: str | None, overrides: Any) -> Objective:
     """Load ``objective`` with ``overrides`` merged over it; errors name the verl config path."""
@@ -138,22 +155,14 @@ def build_objective(objective: str | None, overrides: Any) -> Objective:
     except ConfigError as err:
         source = label if err.source == "<dict>" else f"{label} -> {err.source}"
         raise ConfigError(source, err.problems) from None
-    problems = []
-    for i, reg in enumerate(loaded.regularisers):
-        for kind, advice in _UNSUPPORTED_REGULARISERS.items():
-            if isinstance(reg, kind):
-                problems.append(f"regularisers[{i}] ({reg.kind}): not available in veRL; {advice}")
-    compiled = loaded.compile()
-    problems += unexecutable(loaded, "veRL", sampler_hook=True)
+    refused = added_by_trainer(loaded, "veRL", _UNSUPPORTED_REGULARISERS)
+    problems = list(refused.values()) + unexecutable(loaded, "veRL", sampler_hook=True)
     if loaded.sampler is not None:  # the data section is out of this config's sight: say what runs it
         _log.warning(
             "rlstab: the objective's sampler (%s) runs only with %s; without it veRL draws the prompts as usual",
             loaded.sampler.kind, VERL_SAMPLER,
         )
-    for name, advice in _UNAVAILABLE_FIELDS.items():
-        for who in dict.fromkeys(compiled.readers(name)):
-            if not who.startswith("regularisers"):  # reported above
-                problems.append(f"{who} reads TokenBatch.{name}: {advice}")
+    problems += unsupplied(loaded, _UNAVAILABLE_FIELDS, reported=refused)
     if problems:
         raise ConfigError(label, problems)
     return loaded
@@ -168,3 +177,48 @@ def _plain(value: Any) -> Any:
     if isinstance(value, DictConfig | ListConfig):
         return OmegaConf.to_container(value, resolve=True)
     return value
+
+
+def add_actor_check(actor_config_class: type) -> None:
+    """Run [`check_actor`][rlstab.adapters.verl.config.check_actor] after ``ActorConfig.__post_init__`` (idempotent)."""
+    original = actor_config_class.__post_init__
+    if getattr(original, "__rlstab_wrapped__", False):
+        return
+
+    @functools.wraps(original)
+    def __post_init__(self):
+        original(self)
+        check_actor(self)
+
+    __post_init__.__rlstab_wrapped__ = True
+    actor_config_class.__post_init__ = __post_init__
+
+
+def check_actor(actor) -> None:
+    """Refuse an actor config on which the rlstab loss would fail or silently differ."""
+    policy_loss = actor.policy_loss
+    ours = isinstance(policy_loss, RlstabPolicyLossConfig)
+    if policy_loss.get("loss_mode") == "rlstab" and not ours:
+        raise ValueError(
+            f"{CONFIG_PATH}.loss_mode=rlstab needs {CONFIG_PATH}._target_=rlstab.adapters.verl.RlstabPolicyLossConfig "
+            f"and {CONFIG_PATH}.objective=<preset or YAML path>"
+        )
+    if not ours:
+        return
+    objective = policy_loss.rlstab_objective
+    readers = objective.plan().readers("entropy")
+    # verl computes entropy when calculate_entropy is set or the entropy bonus is on (ray_trainer._update_actor).
+    if readers and not (actor.calculate_entropy or actor.entropy_coeff != 0):
+        raise ValueError(
+            f"{CONFIG_PATH}.objective {objective.name or policy_loss.objective!r}: {', '.join(readers)} "
+            f"reads the per-token entropy; set {ACTOR_PATH}.calculate_entropy=True"
+        )
+    kind = objective.aggregation.kind
+    if kind != actor.loss_agg_mode and (actor.entropy_coeff != 0 or actor.use_kl_loss):
+        _log.warning(
+            "rlstab: the objective aggregates the policy loss with %s; verl's entropy bonus and KL loss use "
+            "%s.loss_agg_mode=%s",
+            kind,
+            ACTOR_PATH,
+            actor.loss_agg_mode,
+        )

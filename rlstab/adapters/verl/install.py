@@ -15,7 +15,8 @@ from verl.trainer.ppo.core_algos import register_policy_loss
 from verl.workers.config import ActorConfig
 
 from rlstab.adapters.post_import import when_imported
-from rlstab.adapters.verl import checkpoint, entropy, model_output, startup, step_scope
+from rlstab.adapters.verl import checkpoint, entropy, model_output, step_scope
+from rlstab.adapters.verl.config import add_actor_check
 from rlstab.adapters.verl.loss import rlstab_policy_loss
 
 SUPPORTED_VERL = (">=0.9.0", "<0.10")
@@ -44,7 +45,7 @@ def install() -> None:
         )
     register_policy_loss(LOSS_MODE)(rlstab_policy_loss)
     model_output.wrap_ppo_loss(sys.modules)
-    startup.add_check(ActorConfig)
+    add_actor_check(ActorConfig)
     when_imported("verl.workers.engine_workers", lambda module: entropy.wrap_set_loss_fn(module.TrainingWorker))
     when_imported("verl.workers.engine_workers", lambda module: checkpoint.wrap_training_worker(module.TrainingWorker))
     when_imported("verl.workers.engine_workers", lambda module: step_scope.wrap_training_worker(module.TrainingWorker))

@@ -29,8 +29,9 @@ Where the values come from:
   forward.
 
 verl's own global counts (``batch_num_tokens``, ``global_batch_size``, ``dp_size``,
-``loss_scale_factor``) stay the denominators (see [`step_stats`][rlstab.adapters.verl.loss.step_stats]),
-so the loss keeps verl's normalisation; the kept share comes from the whole step.
+``loss_scale_factor``) stay the denominators (see [`counts`][rlstab.adapters.verl.counts]),
+so the loss keeps verl's normalisation; the kept share comes from the whole step. The step's
+statistics reach the loss through [`prepared_step`][rlstab.adapters.prepared_step.prepared_step].
 """
 
 from __future__ import annotations
@@ -38,16 +39,19 @@ from __future__ import annotations
 import functools
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig
-from rlstab.batch import TokenBatch
-from rlstab.compiled import CompiledObjective, StepStats
+from rlstab.adapters.global_counts import counted
+from rlstab.adapters.prepared_step import PreparedStep, preparing
+from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig, worker_policy_loss
+from rlstab.adapters.verl.inputs import field, token_batch_of
 from rlstab.lazy import torch
+
+if TYPE_CHECKING:
+    from rlstab.compiled import CompiledObjective
 
 OLD_ENTROPY = "rlstab_old_entropy"
 """The batch key under which the old policy's per-token entropy (verl's ``entropys``) is kept for the actor."""
-
-_PREPARED: ContextVar[StepStats | None] = ContextVar("rlstab_verl_prepared_step", default=None)
 
 
 @dataclass
@@ -60,18 +64,6 @@ class _TrainingBatch:
 _CURRENT_BATCH: ContextVar[_TrainingBatch | None] = ContextVar("rlstab_verl_training_batch", default=None)
 
 
-def prepared_step() -> StepStats | None:
-    """The step statistics gathered for the running optimizer step, or None outside one."""
-    return _PREPARED.get()
-
-
-def rlstab_policy_loss(worker) -> RlstabPolicyLossConfig | None:
-    """The worker's rlstab policy-loss config (``loss_fn = partial(ppo_loss, config=actor_config)``), or None."""
-    config = getattr(getattr(worker, "loss_fn", None), "keywords", {}).get("config")
-    policy_loss = getattr(config, "policy_loss", None)
-    return policy_loss if isinstance(policy_loss, RlstabPolicyLossConfig) else None
-
-
 def wrap_training_worker(training_worker_class: type) -> None:
     """Wrap ``train_mini_batch`` (training batch) and ``train_batch`` (optimizer step); idempotent."""
     if getattr(training_worker_class.train_batch, "__rlstab_wrapped__", False):
@@ -80,7 +72,7 @@ def wrap_training_worker(training_worker_class: type) -> None:
 
     @functools.wraps(train_mini_batch)  # keeps verl's dispatch registration (function attributes)
     def train_mini_batch_with_batch_statistics(self, data):
-        policy_loss = rlstab_policy_loss(self)
+        policy_loss = worker_policy_loss(self)
         if policy_loss is None:
             return train_mini_batch(self, data)
         if policy_loss.step_statistics != "optimizer_step":
@@ -95,16 +87,15 @@ def wrap_training_worker(training_worker_class: type) -> None:
 
     @functools.wraps(train_batch)
     def train_batch_with_step_statistics(self, data):
-        policy_loss = rlstab_policy_loss(self)
+        policy_loss = worker_policy_loss(self)
         if policy_loss is None or policy_loss.step_statistics != "optimizer_step":
             return train_batch(self, data)
         batch = _CURRENT_BATCH.get()
-        stats = gather_step(self, policy_loss.rlstab_compiled, data, first=batch is None or batch.steps_done == 0)
-        token = _PREPARED.set(stats)
+        step = gather_step(self, policy_loss.rlstab_compiled, data, first=batch is None or batch.steps_done == 0)
         try:
-            return train_batch(self, data)
+            with preparing(step):
+                return train_batch(self, data)
         finally:
-            _PREPARED.reset(token)
             if batch is not None:
                 batch.steps_done += 1
 
@@ -129,23 +120,25 @@ def begin_training_batch(worker, compiled: CompiledObjective, data) -> None:
     """Advance the training-batch components from this rank's whole training batch, on every rank."""
     if not compiled.training_batch_components():
         return
-    entropy = _field(data, OLD_ENTROPY)
+    entropy = field(data, OLD_ENTROPY)
     if entropy is None and set(compiled.training_batch_components()) & set(compiled.readers("entropy")):
         _, entropy = current_policy(worker, data)  # the policy has not moved yet: the old policy's entropy
     group, distributed = _dp(worker)
-    compiled.begin_training_batch([_token_batch(data, data["old_log_probs"], entropy)], group=group, distributed=distributed)
+    compiled.begin_training_batch([token_batch_of(data, data["old_log_probs"], entropy)], group=group, distributed=distributed)
 
 
-def gather_step(worker, compiled: CompiledObjective, data, first: bool) -> StepStats:
+def gather_step(worker, compiled: CompiledObjective, data, first: bool) -> PreparedStep:
     """The optimizer step's statistics over this mini-batch on every data-parallel rank (collective)."""
-    entropy = _field(data, OLD_ENTROPY)
+    entropy = field(data, OLD_ENTROPY)
     needs_entropy = bool(compiled.readers("entropy"))
     if first and (entropy is not None or not needs_entropy):
         logprobs = data["old_log_probs"]  # the policy has not moved since verl's old-log-prob pass
     else:
         logprobs, entropy = current_policy(worker, data)
     group, distributed = _dp(worker)
-    return compiled.gather([_token_batch(data, logprobs, entropy)], group=group, distributed=distributed)
+    batches = [token_batch_of(data, logprobs, entropy)]
+    stats = compiled.gather(batches, group=group, distributed=distributed)
+    return PreparedStep(stats, counted(compiled, batches, group=group, distributed=distributed))
 
 
 @torch.no_grad()
@@ -165,22 +158,6 @@ def current_policy(worker, data) -> tuple[torch.Tensor, torch.Tensor]:
     logprobs = no_padding_2_padding(tu.get(output, "log_probs"), data).float()
     entropy = no_padding_2_padding(tu.get(output, "entropy"), data).float()
     return logprobs, entropy
-
-
-def _token_batch(data, logprobs: torch.Tensor, entropy: torch.Tensor | None) -> TokenBatch:
-    mask = data["response_mask"]
-    return TokenBatch(
-        logprobs=logprobs,
-        response_mask=mask,
-        old_logprobs=data["old_log_probs"],
-        advantages=data["advantages"],
-        entropy=entropy,
-        is_weights=_field(data, "rollout_is_weights"),
-    )
-
-
-def _field(data, key: str):
-    return data[key] if key in data.keys() else None
 
 
 def _dp(worker):

@@ -83,7 +83,7 @@ def build(ppo_actor, case, rank, world):
     from openrlhf.utils.deepspeed import DeepspeedStrategy
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, STEP_STATISTICS_ENV
+    from rlstab.adapters.openrlhf.config import OBJECTIVE_ENV, STEP_STATISTICS_ENV
 
     class FakeEngine(deepspeed.DeepSpeedEngine):
         """Stands in for DeepSpeed's engine: the module's forward, and checkpoints with torch.save."""

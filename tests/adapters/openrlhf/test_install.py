@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlstab.adapters.openrlhf.objective import (
+from rlstab.adapters.openrlhf.config import (
     OBJECTIVE_ENV,
     STEP_STATISTICS_ENV,
     build_objective,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rlstab.adapters.openrlhf.config import OBJECTIVE_ENV, STEP_STATISTICS_ENV, objective_from_env
 from rlstab.adapters.openrlhf.hook import SETUP_HOOK
 from rlstab.adapters.openrlhf.launcher import runtime_env_with_rlstab
-from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, STEP_STATISTICS_ENV, objective_from_env
 
 from openrlhf_gpu_stubs import subprocess_env, write_stubs
 

@@ -7,15 +7,19 @@ import sys
 import pytest
 import torch
 
+import rlstab
 from rlstab.adapters.openrlhf import RlstabPolicyLoss
-from rlstab.adapters.openrlhf.entropy import ENTROPY_ATTRIBUTE, detached_entropy
-from rlstab.adapters.openrlhf.objective import (
+from rlstab.adapters.openrlhf.config import (
     OBJECTIVE_ENV,
     STEP_STATISTICS_ENV,
     build_objective,
     objective_to_env,
 )
+from rlstab.adapters.openrlhf.entropy import ENTROPY_ATTRIBUTE, detached_entropy
+from rlstab.adapters.openrlhf.inputs import token_batch
 from rlstab.errors import ConfigError
+
+from openrlhf_batches import random_micro_batch
 
 
 def test_the_openrlhf_loss_module_loads_without_openrlhf_models_init():
@@ -157,3 +161,31 @@ def test_a_gpu_without_the_kernels_gets_openrlhfs_entropy_under_no_grad(monkeypa
         entropy._DETACHED.reset(token)
     assert seen == [("meta", False)]
     assert not cpu.requires_grad and torch.allclose(cpu, torch.full((2,), math.log(5)))  # uniform over 5
+
+
+def test_a_rejection_into_padding_leaves_openrlhfs_counts_as_it_leaves_the_whole_step():
+    """OpenRLHF counts tokens from ``action_mask``; a rejection with ``rejected: padding`` takes them out of the step.
+
+    One micro-batch on one rank is the whole step: with OpenRLHF's counts of it, the loss and the
+    gradient are those of the objective computed on it at once (tests/adapters/verl/test_rejection.py
+    holds two ranks to the same).
+    """
+    batch = random_micro_batch(seed=4)
+    objective = {"extends": "grpo", "masks": [
+        {"kind": "rollout_rejection", "level": "token", "divergence": "k1", "high": 1.5, "rejected": "padding"}]}
+    mask = batch["action_mask"]
+    loss_fn = RlstabPolicyLoss(objective=objective, step_statistics="local", is_correction_level="token",
+                               is_correction_mode="clip", is_correction_threshold=(0.0, 100.0))
+    leaf = batch["log_probs"].clone().requires_grad_()
+    loss, *_ = loss_fn(leaf, batch["old_log_probs"], batch["advantages"], action_mask=mask,
+                       rollout_log_probs=batch["rollout_log_probs"], dp_size=1,
+                       batch_num_tokens=mask.sum().float(), global_batch_size=(mask.sum(-1) > 0).sum().float())
+    loss.backward()
+    whole_leaf = batch["log_probs"].clone().requires_grad_()
+    whole, _, _ = token_batch(loss_fn, whole_leaf, batch["old_log_probs"], batch["advantages"], mask,
+                              batch["rollout_log_probs"], None)
+    out = rlstab.load(objective).compile()(whole)
+    out.loss.backward()
+    assert 0 < out.metrics["tokens/valid"] < mask.sum().item()  # the mask rejected tokens
+    assert loss.item() == pytest.approx(out.loss.item(), rel=1e-6)
+    torch.testing.assert_close(leaf.grad, whole_leaf.grad)

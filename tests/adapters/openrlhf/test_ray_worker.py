@@ -15,7 +15,7 @@ from openrlhf_gpu_stubs import subprocess_env, write_stubs
 DRIVER = """
 import json, sys, ray
 from rlstab.adapters.openrlhf.launcher import with_rlstab_runtime_env
-from rlstab.adapters.openrlhf.objective import build_objective, objective_to_env
+from rlstab.adapters.openrlhf.config import build_objective, objective_to_env
 
 ray.init = with_rlstab_runtime_env(ray.init, objective_to_env(build_objective("stapo")))
 ray.init(num_cpus=1, include_dashboard=False, object_store_memory=100 * 1024**2,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlstab.adapters.openrlhf.objective import OBJECTIVE_ENV, build_objective, objective_to_env
+from rlstab.adapters.openrlhf.config import OBJECTIVE_ENV, build_objective, objective_to_env
 from rlstab.batch import TokenBatch
 
 from openrlhf_gpu_stubs import subprocess_env, write_stubs

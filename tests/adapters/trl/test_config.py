@@ -10,9 +10,12 @@ import warnings
 import pytest
 import trl
 
+import rlstab
 from rlstab import ConfigError
 from rlstab.adapters.trl import SUPPORTED_TRL, RlstabGRPOTrainer
 from rlstab.adapters.trl.compat import check_version, supported
+from rlstab.adapters.trl.config import build_objective, check_config
+from rlstab.objective import Objective
 
 from trl_tiny import dataset, grpo_config, length_reward, make_trainer, tiny_model, tokenizer
 
@@ -210,3 +213,28 @@ def test_other_trl_versions_get_a_warning(monkeypatch):
     monkeypatch.setattr(trl, "__version__", "1.17.0")
     with pytest.warns(UserWarning, match="tested with trl==1.16.0; this is trl 1.17.0"):
         check_version()
+
+
+def test_config_checks_compile_nothing(tmp_path, monkeypatch):
+    """The checks read the objective's plan, so they need no torch of rlstab's own.
+
+    TRL's GRPOConfig imports torch itself (through transformers' TrainingArguments), so the test
+    holds TRL's checks to what keeps them torch-free (they never compile the objective);
+    tests/adapters/openrlhf/test_config.py runs a launcher's checks without torch in sys.modules.
+    """
+
+    def compile_refused(self):
+        raise AssertionError("a config check compiled the objective")
+
+    monkeypatch.setattr(Objective, "compile", compile_refused)
+    args = grpo_config(tmp_path)
+    outcomes = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in rlstab.preset_names():
+            try:
+                check_config(build_objective(name), args)
+                outcomes[name] = True
+            except ConfigError:
+                outcomes[name] = False
+    assert outcomes["stapo"] and not outcomes["four_layers"]  # accepted and refused both ran

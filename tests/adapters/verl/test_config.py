@@ -16,7 +16,11 @@ import verl
 from hydra import compose, initialize_config_dir
 from verl.utils.config import omega_conf_to_dataclass
 
+import rlstab
 from rlstab.adapters.verl import RlstabPolicyLossConfig
+from rlstab.adapters.verl.config import build_objective
+from rlstab.errors import ConfigError
+from rlstab.objective import Objective
 
 CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 ACTOR = "actor_rollout_ref.actor"
@@ -115,3 +119,27 @@ def test_step_statistics_is_checked():
 def test_step_level_components_that_need_rewards_are_refused():
     with pytest.raises(Exception, match=r"group_filter \(dynamic_sampling\) reads TokenBatch\.rewards: veRL computes rewards"):
         actor(*SELECT, f"{ACTOR}.calculate_entropy=True", f"+{ACTOR}.policy_loss.overrides={{group_filter:{{kind:dynamic_sampling}}}}")
+
+
+def test_config_checks_compile_nothing(monkeypatch):
+    """The checks read the objective's plan, so they need no torch of rlstab's own.
+
+    ``import verl`` imports torch itself, so the test holds verl's checks to what keeps them torch-free
+    (they never compile the objective); tests/adapters/openrlhf/test_config.py runs a launcher's
+    checks without torch in sys.modules.
+    """
+
+    def compile_refused(self):
+        raise AssertionError("a config check compiled the objective")
+
+    monkeypatch.setattr(Objective, "compile", compile_refused)
+    outcomes = {}
+    for name in rlstab.preset_names():
+        try:
+            outcomes[name] = build_objective(name, {}).name
+        except ConfigError:
+            outcomes[name] = None
+    assert outcomes["stapo"] == "stapo" and outcomes["four_layers"] is None  # accepted and refused both ran
+    assert actor(*SELECT, f"{ACTOR}.calculate_entropy=True").policy_loss.rlstab_objective.name == "stapo"  # with check_actor
+    with pytest.raises(Exception, match=r"masks\[0\] \(s2t\) reads the per-token entropy"):
+        actor(*SELECT)

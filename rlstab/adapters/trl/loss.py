@@ -7,33 +7,32 @@ callback cannot change it. This override keeps TRL's forward pass
 (``_get_per_token_logps_and_entropies``, which always computes the per-token entropy) and
 replaces what follows it: the TRL inputs become a [`TokenBatch`][rlstab.TokenBatch]
 ([`inputs`][rlstab.adapters.trl.inputs]), TRL's normalisers become the step's denominators
-([`counts`][rlstab.adapters.trl.counts]), the compiled objective computes the loss, and its
-metrics go through TRL's logging ([`metrics`][rlstab.adapters.trl.metrics]).
+([`counts`][rlstab.adapters.trl.counts]; over a whole optimizer step with
+[`step_scope`][rlstab.adapters.trl.step_scope]), the compiled objective computes the loss, and its
+metrics go through TRL's logging ([`metrics`][rlstab.adapters.trl.metrics]). The objective's
+state rides in TRL's checkpoints ([`checkpoint`][rlstab.adapters.trl.checkpoint]).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Literal
 
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
+from rlstab.adapters.trl.checkpoint import load_state, save_state
 from rlstab.adapters.trl.compat import check_version
 from rlstab.adapters.trl.config import build_objective, check_config
 from rlstab.adapters.trl.counts import TrlScale, step_stats, trl_scale
 from rlstab.adapters.trl.inputs import forward_kwargs, token_batch
 from rlstab.adapters.trl.metrics import log_metrics
-from rlstab.adapters.trl.window import window_stats
+from rlstab.adapters.trl.step_scope import window_stats
 from rlstab.compiled import CompiledObjective, StepStats
 from rlstab.lazy import torch
 from rlstab.objective import Objective
 from rlstab.regularisers import EntropyBonus
 
 StepStatistics = Literal["data_parallel", "optimizer_step"]
-STATE_FILE = "rlstab_state.pt"
-"""Where a checkpoint keeps the state of stateful components (BAPO's bounds, STARE's controller)."""
 
 
 class RlstabGRPOTrainer(GRPOTrainer):
@@ -171,19 +170,12 @@ class RlstabGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):
         """TRL's checkpoint, plus the state of stateful components (``rlstab_state.pt``), if any."""
         super()._save_checkpoint(model, trial)
-        state = self.rlstab_compiled.state_dict()
-        if state and self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            torch.save(state, os.path.join(folder, STATE_FILE))
+        save_state(self, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         """Resuming: TRL's optimizer and scheduler, then the components' state saved beside them."""
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None and os.path.exists(os.path.join(checkpoint, STATE_FILE)):
-            state = torch.load(os.path.join(checkpoint, STATE_FILE), weights_only=True)
-            self.rlstab_compiled.load_state_dict(state)
+        load_state(self, checkpoint)
 
     # ------------------------------------------------------------------ exact step statistics
 
@@ -197,21 +189,6 @@ class RlstabGRPOTrainer(GRPOTrainer):
         if self._rlstab_window is None or self._rlstab_window[0] != step:
             self._rlstab_window = (step, window_stats(self, model, scale))
         return self._rlstab_window[1]
-
-    def _rlstab_window_inputs(self, accumulation: int) -> list[dict]:
-        """The buffered TRL micro-batches of the optimizer step that starts at ``self._step``."""
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        start = self._step
-        for j in range(1, accumulation):
-            if (start + j) % generate_every == 0:
-                raise RuntimeError(
-                    "RlstabGRPOTrainer(step_statistics='optimizer_step'): this optimizer step's micro-batches come "
-                    f"from two generation batches (micro-batch {start + j} starts a new one); make "
-                    f"steps_per_generation ({self.args.steps_per_generation}) a multiple of gradient_accumulation_steps "
-                    f"({self.args.gradient_accumulation_steps}) and the number of micro-batches per epoch a multiple of it too"
-                )
-        spg = self.args.steps_per_generation
-        return [self._buffered_inputs[(start + j) % spg] for j in range(accumulation)]
 
     @torch.no_grad()
     def _rlstab_probe(self, model, inputs) -> Any:

@@ -19,10 +19,7 @@ no-grad and a grad forward can move a token that sits exactly on a threshold.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from rlstab.adapters.trl.counts import TrlScale
-from rlstab.aggregation import StepCounts
+from rlstab.adapters.trl.counts import TrlScale, counted, with_trainer_counts
 from rlstab.compiled import StepStats
 
 
@@ -30,19 +27,28 @@ def window_stats(trainer, model, scale: TrlScale) -> StepStats:
     """Statistics of the optimizer step that starts at ``trainer._step``, over all its micro-batches and processes.
 
     Token counts (valid and kept), kept responses and thresholds are exact over the step.
-    ``sequences_valid`` stays TRL's ``B * GA * P`` (every completion), and ``max_length`` and
-    ``world_size`` are TRL's, as in the per-micro-batch mode.
+    ``sequences_valid`` stays TRL's ``B * GA * P`` (every completion; with a mask that rejects
+    into padding, the completions it leaves a token), and ``max_length`` and ``world_size`` are
+    TRL's, as in the per-micro-batch mode.
     """
-    inputs = trainer._rlstab_window_inputs(scale.accumulation)
+    inputs = window_inputs(trainer, scale.accumulation)
     batches = [trainer._rlstab_probe(model, micro_batch) for micro_batch in inputs]
-    stats = trainer.rlstab_compiled.gather(batches, update_state=True)  # once per optimizer step
-    c = stats.counts
-    counts = StepCounts(
-        tokens_valid=c.tokens_valid,
-        tokens_kept=c.tokens_kept,
-        sequences_valid=scale.sequences,
-        sequences_kept=c.sequences_kept,
-        max_length=scale.max_length,
-        world_size=scale.world_size,
-    )
-    return replace(stats, counts=counts)
+    compiled = trainer.rlstab_compiled
+    stats = compiled.gather(batches, update_state=True)  # once per optimizer step
+    return with_trainer_counts(stats, scale, counted(compiled, batches, stats, scale), tokens=False)
+
+
+def window_inputs(trainer, accumulation: int) -> list[dict]:
+    """The buffered TRL micro-batches of the optimizer step that starts at ``trainer._step``."""
+    generate_every = trainer.args.steps_per_generation * trainer.num_iterations
+    start = trainer._step
+    for j in range(1, accumulation):
+        if (start + j) % generate_every == 0:
+            raise RuntimeError(
+                "RlstabGRPOTrainer(step_statistics='optimizer_step'): this optimizer step's micro-batches come "
+                f"from two generation batches (micro-batch {start + j} starts a new one); make "
+                f"steps_per_generation ({trainer.args.steps_per_generation}) a multiple of gradient_accumulation_steps "
+                f"({trainer.args.gradient_accumulation_steps}) and the number of micro-batches per epoch a multiple of it too"
+            )
+    spg = trainer.args.steps_per_generation
+    return [trainer._buffered_inputs[(start + j) % spg] for j in range(accumulation)]

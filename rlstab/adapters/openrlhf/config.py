@@ -4,7 +4,11 @@ OpenRLHF builds its ``PolicyLoss`` inside each Ray actor, with its own keyword a
 The launcher validates the objective in the driver, then hands the *resolved* objective (its
 YAML, ``Objective.to_yaml()``) to every worker in the environment variable
 ``RLSTAB_OPENRLHF_OBJECTIVE``; workers rebuild it from that text, so a YAML file named on the
-command line need not exist on the other nodes.
+command line need not exist on the other nodes. The step-statistics mode travels the same way
+(``RLSTAB_OPENRLHF_STEP_STATISTICS``).
+
+The checks read the objective and its plan, never its compiled loss: the launcher validates an
+objective without importing torch.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from rlstab.adapters.trainer_parts import unexecutable
+from rlstab.adapters.trainer_parts import added_by_trainer, unexecutable, unsupplied
 from rlstab.aggregation import TokenSum
 from rlstab.errors import ConfigError
 from rlstab.loading import load, parse_yaml
@@ -76,22 +80,15 @@ def _names_a_preset_or_file(text: str) -> bool:
 
 def check_supported(objective: Objective, label: str = "--objective") -> None:
     """Refuse components that OpenRLHF's loss call cannot feed, with the OpenRLHF flag to use instead."""
-    problems = []
-    for i, reg in enumerate(objective.regularisers):
-        for kind, advice in _UNSUPPORTED_REGULARISERS.items():
-            if isinstance(reg, kind):
-                problems.append(f"regularisers[{i}] ({reg.kind}): not available in OpenRLHF; {advice}")
+    refused = added_by_trainer(objective, "OpenRLHF", _UNSUPPORTED_REGULARISERS)
+    problems = list(refused.values())
     if isinstance(objective.aggregation, TokenSum):
         problems.append(
             "aggregation.kind = 'token-sum': not available in OpenRLHF; DeepSpeed divides every micro-batch loss by "
             "the gradient-accumulation steps, which the loss cannot see. Use token-mean or a seq-mean-* aggregation"
         )
     problems += unexecutable(objective, "OpenRLHF")
-    compiled = objective.compile()
-    for name, advice in _UNAVAILABLE_FIELDS.items():
-        for who in dict.fromkeys(compiled.readers(name)):
-            if not who.startswith("regularisers"):
-                problems.append(f"{who} reads TokenBatch.{name}: {advice}")
+    problems += unsupplied(objective, _UNAVAILABLE_FIELDS, reported=refused)
     if problems:
         raise ConfigError(label, problems)
 
@@ -115,7 +112,7 @@ def objective_from_env(environ: Mapping[str, str] | None = None) -> Objective:
 
 
 def check_step_statistics(value: str, label: str) -> str:
-    """``value`` if it is one of [`STEP_STATISTICS`][rlstab.adapters.openrlhf.objective.STEP_STATISTICS]; else a ConfigError naming ``label``."""
+    """``value`` if it is one of [`STEP_STATISTICS`][rlstab.adapters.openrlhf.config.STEP_STATISTICS]; else a ConfigError naming ``label``."""
     if value not in STEP_STATISTICS:
         raise ConfigError(label, [f"{value!r}: must be one of {', '.join(STEP_STATISTICS)}"])
     return value
