@@ -3,8 +3,8 @@
 1. **Per-run overhead.** One run of ``grpo`` under the ``default`` regime for ``--steps`` steps,
    timed two ways, alternated ``--repeats`` times in the same process (medians):
 
-   - bare: ``rlstab.demo.trainer.train_objective``, the embedded trainer's loop with nothing around
-     it (the warm start loaded from the cache, a fresh policy copy);
+   - bare: ``rlstab.trainer.run.Run``, the embedded trainer's run with nothing around it (the
+     warm start loaded from the cache, a fresh policy copy), stepped to the end;
    - lab: ``rlstab.lab.run.execute`` on the same objective, seed, regime and steps into a fresh
      folder: the same loop plus the run's spec, metrics rows written as it goes and a checkpoint
      every ``--checkpoint-every`` steps (weights, Adam, RNG states, rows), and the summary.
@@ -33,26 +33,28 @@ from pathlib import Path
 
 import torch
 
-from rlstab.demo.models import load_policy
-from rlstab.demo.tasks import get_task, held_out_problems
-from rlstab.demo.trainer import train_objective
 from rlstab.lab import compare, load_regime
 from rlstab.lab.run import execute, train_config
 from rlstab.lab.spec import RunSpec
 from rlstab.loading import load
+from rlstab.trainer.models import load_policy
+from rlstab.trainer.run import Run
+from rlstab.trainer.tasks import get_task
 
 
 def overhead(steps: int, repeats: int, checkpoint_every: int, cache: Path) -> tuple[float, float]:
     objective = load("grpo")
     spec = RunSpec("grpo", objective.to_yaml(), objective.fingerprint(), load_regime("default"), "add2", "tiny", 0, steps)
     task = get_task("add2")
-    eval_problems = held_out_problems(task, spec.regime.eval_size)
     bare, lab = [], []
     torch.set_num_threads(1)
     for _ in range(repeats):
         start = time.perf_counter()
         policy = load_policy("tiny", task, seed=0, cache_dir=cache)  # the lab loads it too
-        train_objective("grpo", objective.compile(), copy.deepcopy(policy), task, eval_problems, train_config(spec))
+        run = Run(objective, train_config(spec), task, policy=copy.deepcopy(policy))
+        run.start()
+        while not run.done:
+            run.step()
         bare.append(time.perf_counter() - start)
         with tempfile.TemporaryDirectory() as folder:
             start = time.perf_counter()

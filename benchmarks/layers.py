@@ -29,11 +29,12 @@ from pathlib import Path
 
 import torch
 
-from rlstab.demo.layers import TrainerLayers
-from rlstab.demo.models import load_policy
-from rlstab.demo.tasks import get_task
-from rlstab.demo.trainer import TrainConfig, rl_step
 from rlstab.loading import load
+from rlstab.trainer.config import TrainConfig
+from rlstab.trainer.layers import TrainerLayers
+from rlstab.trainer.loop import rl_step
+from rlstab.trainer.models import load_policy
+from rlstab.trainer.tasks import get_task
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "lab"
 OBJECTIVES = {"grpo": "grpo", "goldilocks": "goldilocks", "vcpo": "vcpo",

@@ -116,3 +116,22 @@ def test_imports_are_read_at_every_depth(tmp_path):
     )
     known = modules()
     assert imports("rlstab.m", source, known) == {"rlstab.errors", "rlstab.registry.store", "rlstab.stats.backend"}
+
+
+# Packages that must not import others: the lab and the embedded trainer are built on the trainer's
+# library, never on the demo's command; the trainer knows nothing of the lab.
+FORBIDDEN = {"rlstab.lab": ("rlstab.demo",), "rlstab.trainer": ("rlstab.demo", "rlstab.lab")}
+
+
+def test_the_lab_and_the_trainer_import_nothing_from_the_demo():
+    known = modules()
+    offences = sorted(
+        (name, target)
+        for name, path in known.items()
+        for package, banned in FORBIDDEN.items()
+        if name == package or name.startswith(package + ".")
+        for target in imports(name, path, known)
+        if target.startswith(banned)
+    )
+    assert offences == []
+    assert any(name.startswith("rlstab.lab.") for name in known) and any(n.startswith("rlstab.trainer.") for n in known)

@@ -7,17 +7,17 @@ module repeats that analysis on any policy of the demo (the tiny character model
 any objective: it samples ``group_size`` responses to each of ``prompts`` problems, computes each
 token's probability and entropy and the objective's own advantages, and asks the objective's real
 masks which tokens they silence. Nothing here re-implements a mask rule: the counts come from the
-masks' ``keep`` (with the thresholds of the compiled objective's ``gather``) and are checked
-against the metrics the compiled loss reports.
+compiled objective (``CompiledObjective.mask_silences``, with the thresholds of its ``gather``) and
+are checked against the metrics the compiled loss reports.
 
 Each mask is also asked what it would silence if every response had a positive advantage (the
 same tokens, advantages set to +1): a policy that rarely succeeds (SmolLM2-135M on the demo's
 arithmetic) gives few positive advantages, and that column shows the tokens the mask would catch
 once it does.
 
-The computation (:func:`collect`, :func:`audit_objective`) is separate from the presentation
-(:func:`markdown_table`, :func:`summary_line`, :func:`figure`) and from any file I/O, which
-``rlstab audit`` (``rlstab.demo.audit_command``) does.
+This module computes (:func:`collect`, :func:`audit_objective`); ``rlstab.demo.audit_report``
+lays the results out (tables, the figure), and ``rlstab audit`` (``rlstab.demo.audit_command``)
+does the file I/O.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 
 from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective
-from rlstab.demo.policy import Policy, Rollout
-from rlstab.demo.tasks import Problem, Task
 from rlstab.lazy import torch
 from rlstab.objective import Objective
-from rlstab.tokens import Tokens
+from rlstab.trainer.policy import Policy, Rollout
+from rlstab.trainer.tasks import Problem, Task
 
 DEFAULT_OBJECTIVES = ("stapo", "stapo-probability-only", "stapo-high-entropy")
 """STAPO and its two ablations from the paper, side by side."""
@@ -277,24 +276,17 @@ def _examples(sample: Sample, silenced: torch.Tensor, advantages: torch.Tensor, 
     return out
 
 
-def _step_keeps(loss_fn: CompiledObjective, batch: TokenBatch) -> tuple[list[torch.Tensor], object, dict[str, float]]:
-    """Each mask's ``keep`` on ``batch`` as one step, the step statistics, and the compiled loss's metrics."""
-    objective = loss_fn.objective
+def _step_silences(loss_fn: CompiledObjective, batch: TokenBatch) -> tuple[list[torch.Tensor], object, dict[str, float]]:
+    """Each mask's silenced tokens (``[N, T]`` bool) on ``batch`` as one step, the step statistics, and the
+    compiled loss's metrics (``CompiledObjective.mask_silences``, the tokens the loss counts as silenced)."""
     stats = loss_fn.gather([batch], distributed=False)
     metrics = dict(loss_fn(batch, step=stats).metrics)
-    t = Tokens.from_batch(batch, objective.log_ratio_clamp)
-    if stats.advantage is not None:
-        t.set_advantages(objective.advantage.apply(
-            stats.advantage, batch.rewards, batch.group_ids, batch.response_mask.any(-1)))
-    else:
-        t.set_advantages(batch.advantages)
-    keeps = [mask.keep(t, threshold) for mask, threshold in zip(loss_fn.masks, stats.thresholds)]
-    for label, keep in zip(loss_fn.mask_labels, keeps):
-        silenced = int((batch.response_mask & (keep == 0)).sum())
-        reported = metrics[f"mask/{label}/silenced"]
-        if silenced != reported:  # the audit and the loss must agree on every count
-            raise AssertionError(f"mask {label}: the audit counts {silenced} silenced tokens, the loss {reported:g}")
-    return keeps, stats, metrics
+    silences = loss_fn.mask_silences(batch, stats)
+    for label, silenced in silences.items():
+        count, reported = int(silenced.sum()), metrics[f"mask/{label}/silenced"]
+        if count != reported:  # the audit and the loss must agree on every count
+            raise AssertionError(f"mask {label}: the audit counts {count} silenced tokens, the loss {reported:g}")
+    return [silences[label] > 0 for label in loss_fn.mask_labels], stats, metrics
 
 
 def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *, name: str | None = None,
@@ -317,18 +309,17 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
         fields["is_branch"] = torch.zeros(sample.responses, dtype=torch.bool)
     norms = torch.ones(sample.responses) if "grad_sq_norms" in obj.advantage.reads else None
     batch = TokenBatch(**fields, rewards=sample.rewards, group_ids=sample.group_ids, grad_sq_norms=norms)
-    keeps, stats, metrics = _step_keeps(loss_fn, batch)
+    silences, stats, metrics = _step_silences(loss_fn, batch)
     groups = dict(rewards=sample.rewards, group_ids=sample.group_ids) if loss_fn.readers("group_ids") else {}
     rewarded = TokenBatch(**fields, advantages=torch.ones(sample.responses), **groups)  # group_filter still reads them
-    keeps_if_rewarded, _, _ = _step_keeps(loss_fn, rewarded)
+    silences_if_rewarded, _, _ = _step_silences(loss_fn, rewarded)
 
     valid = sample.response_mask
     advantages = obj.advantage.apply(stats.advantage, sample.rewards, sample.group_ids, sample.response_mask.any(-1))
     positive_tokens = int(valid[advantages > 0].sum())
     masks = []
     for i, (label, mask) in enumerate(zip(loss_fn.mask_labels, loss_fn.masks)):
-        silenced = valid & (keeps[i] == 0)
-        silenced_if_rewarded = valid & (keeps_if_rewarded[i] == 0)
+        silenced, silenced_if_rewarded = silences[i], silences_if_rewarded[i]
         threshold = stats.thresholds[i]
         masks.append(MaskAudit(
             objective=name or obj.name or "objective",
@@ -354,157 +345,3 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
         masks=masks,
         metrics=metrics,
     )
-
-
-# ----------------------------------------------------------------------------- presentation
-
-
-def _percent(x: float) -> str:
-    if x == 0:
-        return "0%"
-    if x < 0.001:
-        return f"{100 * x:.3f}%"
-    return f"{100 * x:.2f}%" if x < 0.1 else f"{100 * x:.1f}%"
-
-
-def _code(text: str) -> str:
-    """A token's text as inline code in a Markdown table cell."""
-    text = text.replace("|", "\\|")
-    return f"`` {text} ``" if "`" in text else f"`{text}`"
-
-
-def _top_cell(top: list[TokenCount], limit: int) -> str:
-    if not top:
-        return "—"
-    return ", ".join(f"{_code(c.text)} {c.count:,} ({c.share:.0%})" for c in top[:limit])
-
-
-def summary_line(sample: Sample) -> str:
-    """One sentence on what the sample is: responses, tokens, rewards."""
-    groups = len(sample.problems)
-    return (
-        f"{sample.responses} responses ({groups} prompts x {sample.group_size}) of `{sample.model or 'a policy'}` "
-        f"on `{sample.task}`, temperature {sample.temperature:g}, seed {sample.seed}: {sample.tokens:,} response "
-        f"tokens, mean reward {float(sample.rewards.mean()) if sample.responses else 0.0:.3f}, "
-        f"{sample.mixed_groups} of {groups} groups with mixed rewards."
-    )
-
-
-def table_rows(audits: list[ObjectiveAudit], *, top: int = 5) -> list[list[str]]:
-    """The audit table's header and rows (one per mask of each objective; one for a maskless objective)."""
-    rows = [["objective", "mask", "silenced", "fraction", "tokens with A > 0", "entropy threshold",
-             "most silenced (count, share)", "silenced if every A > 0", "most silenced if every A > 0"]]
-    for a in audits:
-        if not a.masks:
-            rows.append([a.name, "(no mask)", "0", "0%", f"{a.positive_tokens:,}", "—", "—", "0", "—"])
-        for m in a.masks:
-            rows.append([
-                m.objective,
-                m.label,
-                f"{m.silenced:,} of {m.tokens:,}",
-                _percent(m.fraction),
-                f"{a.positive_tokens:,}",
-                "—" if m.threshold is None else f"{m.threshold:.3f}",
-                _top_cell(m.top, top),
-                f"{m.silenced_if_rewarded:,} ({_percent(m.fraction_if_rewarded)})",
-                _top_cell(m.top_if_rewarded, top),
-            ])
-    return rows
-
-
-def markdown_table(audits: list[ObjectiveAudit], *, top: int = 5) -> str:
-    """The audit as a Markdown table, columns padded so that it also reads as plain text."""
-    rows = table_rows(audits, top=top)
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    numeric = {2, 3, 4, 5, 7}
-
-    def line(cells):
-        return "| " + " | ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
-
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if i in numeric else "-" * (w + 2) for i, w in enumerate(widths)) + "|"
-    return "\n".join([line(rows[0]), rule] + [line(r) for r in rows[1:]])
-
-
-def examples_table(audits: list[ObjectiveAudit]) -> str:
-    """The silenced tokens in their responses, as a Markdown table ("" when no mask silenced any)."""
-    lines = []
-    for a in audits:
-        for m in a.masks:
-            for e in m.examples:
-                context = e.context.replace("|", "\\|").replace("`", "ˋ")
-                lines.append(f"| {m.objective} / {m.label} | {_code(e.text)} | {e.probability:.3g} | {e.entropy:.3f} "
-                             f"| {e.advantage:.2f} | `{context}` |")
-    if not lines:
-        return ""
-    return "\n".join(["| mask | token | p | entropy | A | in its response |", "|---|---|--:|--:|--:|---|", *lines])
-
-
-def rules(audits: list[ObjectiveAudit]) -> list[str]:
-    """One line per distinct mask rule: what each row of the table applies."""
-    out = []
-    for a in audits:
-        for m in a.masks:
-            line = f"{a.name} / {m.label}: {m.rule}"
-            if line not in out:
-                out.append(line)
-    return out
-
-
-def figure(audits: list[ObjectiveAudit], *, top_k: int = 8, title: str = ""):
-    """A matplotlib figure: per mask, its most silenced tokens by count (needs matplotlib; Agg is enough).
-
-    Solid bars: silenced with the sample's real advantages. Light bars: silenced if every response
-    had a positive advantage.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [m for a in audits for m in a.masks]
-    if not panels:
-        fig, ax = plt.subplots(figsize=(7, 2))
-        ax.axis("off")
-        ax.text(0.5, 0.5, "no objective has a mask", ha="center", va="center")
-        return fig
-    cols = min(3, len(panels))
-    rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 0.42 * top_k * rows + 1.6 * rows + 0.6), squeeze=False)
-    for ax in axes.flat[len(panels):]:
-        ax.axis("off")
-    for ax, m in zip(axes.flat, panels):
-        ids = [c.token_id for c in m.top]
-        ids += [c.token_id for c in m.top_if_rewarded if c.token_id not in ids][: max(0, top_k - len(ids))]
-        texts = {c.token_id: c.text for c in m.top_if_rewarded + m.top}
-        y = list(range(len(ids)))[::-1]
-        real_counts = [m.counts.get(t, 0) for t in ids]
-        cf_counts = [m.counts_if_rewarded.get(t, 0) for t in ids]
-        h = 0.38
-        bars = ax.barh([v + h / 2 for v in y], real_counts, height=h, color="#1f4e79", label="silenced")
-        ax.bar_label(bars, labels=[str(c) if c else "" for c in real_counts], padding=2, fontsize=8, color="#1f4e79")
-        bars = ax.barh([v - h / 2 for v in y], cf_counts, height=h, color="#9dc3e6", label="if every A > 0")
-        ax.bar_label(bars, labels=[str(c) if c else "" for c in cf_counts], padding=2, fontsize=8, color="#4a7fb0")
-        ax.margins(x=0.12)
-        ax.set_yticks(y)
-        ax.set_yticklabels([repr_token(texts[t]) for t in ids], fontfamily="monospace", fontsize=10)
-        ax.set_xlabel("tokens silenced")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        head = f"{m.objective} / {m.label}"
-        sub = f"{m.silenced:,} of {m.tokens:,} silenced ({_percent(m.fraction)}); if every A > 0: {m.silenced_if_rewarded:,}"
-        ax.set_title(f"{head}\n{sub}", fontsize=9.5)
-        if not ids:
-            ax.set_yticks([])
-            ax.text(0.5, 0.5, "no token silenced", ha="center", va="center", transform=ax.transAxes, color="#555555")
-        ax.grid(axis="x", alpha=0.3)
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False, fontsize=9)
-    if title:
-        fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return fig
-
-
-def repr_token(text: str) -> str:
-    """A token's text quoted for an axis label."""
-    return f"'{text}'"

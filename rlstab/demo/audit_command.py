@@ -12,19 +12,14 @@ import sys
 import time
 from pathlib import Path
 
+from rlstab.command_line import load_inputs, missing_plotting, positive
+
 TABLE_FILE = "audit.md"
 CHART_FILE = "audit.png"
 DATA_FILE = "audit.json"
 # Problems sampled by default: tens of thousands of tokens for the tiny model (seconds), fewer for
 # SmolLM2 (about two minutes on two cores).
 DEFAULT_PROMPTS = {"tiny": 256, "smollm2": 32}
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -46,18 +41,18 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="tiny (default: the demo's character transformer, warm-started and cached) or smollm2 "
                         "(SmolLM2-135M-Instruct, an optional extra)")
     p.add_argument("--task", default="add2", help="add2 (default), add3, mul2 or add1 (direct answers, for --model smollm2)")
-    p.add_argument("--prompts", type=_positive, default=None,
+    p.add_argument("--prompts", type=positive, default=None,
                    help=f"problems to sample (default {DEFAULT_PROMPTS['tiny']} for tiny, {DEFAULT_PROMPTS['smollm2']} for "
                         "smollm2: STAPO's spurious tokens are about 1 in 10,000)")
-    p.add_argument("--group-size", type=_positive, default=8, help="responses per problem, G (default 8)")
+    p.add_argument("--group-size", type=positive, default=8, help="responses per problem, G (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the problems, the sampling and the tiny model's warm start (default 0)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0, as STAPO)")
-    p.add_argument("--top-k", type=_positive, default=8, help="most silenced tokens shown per mask (default 8)")
+    p.add_argument("--top-k", type=positive, default=8, help="most silenced tokens shown per mask (default 8)")
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="tiny model: supervised warm-start steps (default: per task, as rlstab demo); cached")
     p.add_argument("--out", default="runs/audit", help="output folder (default runs/audit)")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
-    p.add_argument("--threads", type=_positive, default=None,
+    p.add_argument("--threads", type=positive, default=None,
                    help="torch CPU threads (default: 1 for tiny, where more cost more than they save; all for smollm2)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     p.set_defaults(func=run)
@@ -66,8 +61,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """The ``rlstab audit`` command (torch runs on ``--threads`` threads meanwhile)."""
-    from rlstab.demo.extras import missing_plotting
-
     missing = missing_plotting("rlstab audit")
     if missing:
         print(missing, file=sys.stderr)
@@ -87,7 +80,6 @@ def run(args) -> int:
 def _run(args) -> int:
     from rlstab.advantages import Given
     from rlstab.demo.audit import DEFAULT_OBJECTIVES
-    from rlstab.demo.demo_command import load_inputs
 
     def log(line: str) -> None:
         if not args.quiet:
@@ -105,7 +97,7 @@ def _run(args) -> int:
                   "estimates them from rewards, so the objective needs an advantage estimator", file=sys.stderr)
             return 2
 
-    from rlstab.demo.models import load_policy
+    from rlstab.trainer.models import load_policy
 
     started = time.perf_counter()
     try:
@@ -128,14 +120,8 @@ def _run(args) -> int:
 
 def audit(policy, task, loss_fns, labels, *, model, prompts, group_size, seed, temperature, top_k) -> dict:
     """Sample, audit every objective, and lay out the report (no file I/O)."""
-    from rlstab.demo.audit import (
-        audit_objective,
-        collect,
-        examples_table,
-        markdown_table,
-        rules,
-        summary_line,
-    )
+    from rlstab.demo.audit import audit_objective, collect
+    from rlstab.demo.audit_report import examples_table, markdown_table, rules, summary_line
 
     sample = collect(policy, task, prompts=prompts, group_size=group_size, seed=seed, temperature=temperature,
                      model=model)
@@ -156,7 +142,7 @@ def audit(policy, task, loss_fns, labels, *, model, prompts, group_size, seed, t
 
 def write(report: dict, out: Path) -> None:
     """``audit.md``, ``audit.png`` and ``audit.json`` under ``out``."""
-    from rlstab.demo.audit import figure
+    from rlstab.demo.audit_report import figure
 
     sample, audits = report["sample"], report["audits"]
     out.mkdir(parents=True, exist_ok=True)

@@ -11,26 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+from rlstab.command_line import load_inputs, missing_plotting, non_negative, positive, train_config
+
 DEFAULT_OBJECTIVES = ("grpo", "stapo")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``demo`` subcommand to the ``rlstab`` parser's subparsers."""
-    from rlstab.demo.trainer import TrainConfig
+    from rlstab.trainer.config import TrainConfig
 
     d = TrainConfig()
     p = subparsers.add_parser(
@@ -46,68 +34,34 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help=f"a preset name or an objective YAML file; repeat to compare (default: {' and '.join(DEFAULT_OBJECTIVES)})")
     p.add_argument("--task", default="add2", help="add2 (default), add3 or mul2 (harder: instability shows more), or add1 (direct answers, for --model smollm2)")
     p.add_argument("--model", default="tiny", help="tiny (default, trained in-process) or smollm2 (an optional extra)")
-    p.add_argument("--steps", type=_positive, default=d.steps, help=f"RL steps per objective (default {d.steps})")
+    p.add_argument("--steps", type=positive, default=d.steps, help=f"RL steps per objective (default {d.steps})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the warm start and of every objective's run (default {d.seed})")
-    p.add_argument("--group-size", type=_positive, default=d.group_size, help=f"responses per prompt, G (default {d.group_size})")
-    p.add_argument("--prompts-per-step", type=_positive, default=d.prompts_per_step,
+    p.add_argument("--group-size", type=positive, default=d.group_size, help=f"responses per prompt, G (default {d.group_size})")
+    p.add_argument("--prompts-per-step", type=positive, default=d.prompts_per_step,
                    help=f"prompts (groups) per RL step (default {d.prompts_per_step})")
-    p.add_argument("--micro-batch-size", type=_positive, default=d.micro_batch_size,
+    p.add_argument("--micro-batch-size", type=positive, default=d.micro_batch_size,
                    help=f"responses per micro-batch (default {d.micro_batch_size})")
-    p.add_argument("--updates-per-step", type=_positive, default=d.updates_per_step,
+    p.add_argument("--updates-per-step", type=positive, default=d.updates_per_step,
                    help=f"optimizer steps per rollout, each on a share of the groups (default {d.updates_per_step})")
     p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
     p.add_argument("--temperature", type=float, default=d.temperature, help=f"sampling temperature (default {d.temperature:g})")
     p.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm, help=f"gradient clipping (default {d.max_grad_norm:g})")
-    p.add_argument("--warmup-steps", type=_non_negative, default=None,
+    p.add_argument("--warmup-steps", type=non_negative, default=None,
                    help="supervised warm-start steps (default per task: add2 130, add3 200, mul2 600); cached")
-    p.add_argument("--eval-size", type=_positive, default=256, help="held-out problems for accuracy (default 256)")
-    p.add_argument("--eval-every", type=_positive, default=d.eval_every,
+    p.add_argument("--eval-size", type=positive, default=d.eval_size, help=f"held-out problems for accuracy (default {d.eval_size})")
+    p.add_argument("--eval-every", type=positive, default=d.eval_every,
                    help=f"evaluate held-out accuracy every this many steps, and at the last (default {d.eval_every})")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
-    p.add_argument("--threads", type=_positive, default=1,
+    p.add_argument("--threads", type=positive, default=1,
                    help="torch CPU threads (default 1: at this model size a second thread mostly adds synchronisation)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     p.set_defaults(func=run)
     return p
 
 
-def objective_labels(sources: list[str]) -> list[str]:
-    """Display names: the preset's or file's ``name`` (else the file stem), made unique with ``#2``..."""
-    from rlstab.loading import load
-
-    labels = []
-    for source in sources:
-        objective = load(source)
-        label = objective.name or Path(source).stem
-        labels.append(label)
-    seen: dict[str, int] = {}
-    unique = []
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-        unique.append(label if labels.count(label) == 1 else f"{label}#{seen[label]}")
-    return unique
-
-
-def load_inputs(sources: list[str], task_name: str, command: str):
-    """``(compiled objectives, their labels, the task)``, or None after printing why one is bad."""
-    from rlstab.demo.tasks import get_task
-    from rlstab.errors import ConfigError
-    from rlstab.loading import load
-
-    try:
-        return [load(s).compile() for s in sources], objective_labels(sources), get_task(task_name)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-    except (OSError, ValueError) as err:
-        print(f"{command}: {err}", file=sys.stderr)
-    return None
-
-
 def run(args) -> int:
     """The ``rlstab demo`` command (torch runs on ``--threads`` threads meanwhile)."""
-    from rlstab.demo.extras import missing_plotting
-
     missing = missing_plotting("rlstab demo")
     if missing:
         print(missing, file=sys.stderr)
@@ -127,55 +81,52 @@ def _run(args) -> int:
     import copy
 
     from rlstab.demo import report
-    from rlstab.demo.models import load_policy
-    from rlstab.demo.tasks import held_out_problems
-    from rlstab.demo.trainer import TrainConfig, train_objective
+    from rlstab.trainer.models import load_policy
+    from rlstab.trainer.run import Run
 
     sources = args.objective or list(DEFAULT_OBJECTIVES)
     inputs = load_inputs(sources, args.task, "rlstab demo")
     if inputs is None:
         return 2
     loss_fns, labels, task = inputs
-    config = TrainConfig(
-        steps=args.steps, seed=args.seed, group_size=args.group_size, prompts_per_step=args.prompts_per_step,
-        micro_batch_size=args.micro_batch_size, updates_per_step=args.updates_per_step, lr=args.lr,
-        temperature=args.temperature, max_grad_norm=args.max_grad_norm, eval_every=args.eval_every,
-    )
+    config = train_config(args, "rlstab demo")
+    if config is None:
+        return 2
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     started = time.perf_counter()
     try:
-        base = load_policy(args.model, task, seed=args.seed, cache_dir=args.cache_dir, progress=log,
-                           warm_start_steps=args.warmup_steps)
+        base = load_policy(args.model, task, seed=config.seed, cache_dir=args.cache_dir, progress=log,
+                           warm_start_steps=config.warmup_steps)
     except (RuntimeError, ValueError) as err:
         print(f"rlstab demo: {err}", file=sys.stderr)
         return 2
     warm_time = time.perf_counter() - started
-    eval_problems = held_out_problems(task, args.eval_size)
 
     writer = report.MetricsWriter(out)
     rows, wall_times = [], {}
     try:
         for label, loss_fn in zip(labels, loss_fns):
-            policy = copy.deepcopy(base)  # every objective starts from the same weights
+            run_started = time.perf_counter()
+            run = Run(loss_fn, config, task, label=label, policy=copy.deepcopy(base))  # every objective: the same weights
             bar = None if args.quiet else report.ProgressBar(label, config.steps)
-            last_accuracy = [None]
-
-            def on_row(row, bar=bar, last_accuracy=last_accuracy):
+            rows.append(run.start())
+            writer.write(rows[-1])
+            accuracy = rows[-1]["accuracy"]
+            while not run.done:
+                row = run.step().row
                 writer.write(row)
                 rows.append(row)
-                if row.get("accuracy") is not None:
-                    last_accuracy[0] = row["accuracy"]
-                if bar is not None and row["step"] > 0:
-                    bar.update(row["step"], f"reward {row['reward']:.2f}  held-out acc {last_accuracy[0]:.2f}  "
+                accuracy = row["accuracy"] if row["accuracy"] is not None else accuracy
+                if bar is not None:
+                    bar.update(row["step"], f"reward {row['reward']:.2f}  held-out acc {accuracy:.2f}  "
                                             f"entropy {row['entropy']:.3f}  silenced {int(row['silenced'])}")
-
-            result = train_objective(label, loss_fn, policy, task, eval_problems, config, on_row=on_row)
-            wall_times[label] = result.wall_time
+            wall_times[label] = time.perf_counter() - run_started
     finally:
         writer.close()
+    eval_problems = run.eval_problems
 
     total = time.perf_counter() - started
     warm = getattr(base, "warm_start", None)

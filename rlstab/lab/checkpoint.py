@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rlstab.lazy import torch
+from rlstab.trainer.run import STATE_KEYS
 
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
@@ -61,9 +62,7 @@ def read_rows(folder: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-CHECKPOINT_KEYS = frozenset({
-    "step", "rows", "weights", "optimizer", "objective_state", "problem_rng", "sample_rng", "torch_rng", "snapshots", "layers",
-})
+CHECKPOINT_KEYS = STATE_KEYS | {"rows"}  # a run's state_dict() and its rows so far
 
 
 def unreadable(folder: Path) -> str | None:

@@ -58,8 +58,8 @@ def plan(
     steps: int = 100, regimes: Sequence[str | Regime] = ("default",), task: str = "add2", model: str = "tiny",
 ) -> Plan:
     """Check every input and existing folder; raises ConfigError or LabError before anything runs."""
-    from rlstab.demo.demo_command import objective_labels
-    from rlstab.demo.tasks import get_task
+    from rlstab.command_line import objective_labels
+    from rlstab.trainer.tasks import get_task
 
     if not objectives:
         raise LabError("no objective: give at least one (--objective PRESET|FILE)")
@@ -104,7 +104,7 @@ def plan(
 
 def _check_smollm2() -> None:
     try:
-        from rlstab.demo.smollm2 import INSTALL_HINT, gguf_path
+        from rlstab.trainer.smollm2 import INSTALL_HINT, gguf_path
     except ImportError as err:
         raise LabError(f"--model smollm2 needs the smollm2 extra, which is not installed ({err})") from None
     try:

@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 
-from rlstab.demo.demo_command import _positive
+from rlstab.command_line import missing_plotting, positive
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -24,17 +24,17 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--objective", action="append", required=True, metavar="PRESET|FILE",
                    help="a preset name or an objective YAML file; repeat for each objective")
     p.add_argument("--baseline", metavar="NAME", help="the objective the others are paired against (default: the first)")
-    p.add_argument("--seeds", type=_positive, default=5, help="seeds 0..N-1 per objective and regime (default 5)")
-    p.add_argument("--steps", type=_positive, default=100, help="RL steps per run (default 100)")
+    p.add_argument("--seeds", type=positive, default=5, help="seeds 0..N-1 per objective and regime (default 5)")
+    p.add_argument("--steps", type=positive, default=100, help="RL steps per run (default 100)")
     p.add_argument("--regime", action="append", metavar="NAME|FILE",
                    help="a shipped regime (default, entropy-collapse, policy-lag, sparse, small-lm) or a regime YAML file; "
                         "repeat for several (default: default)")
     p.add_argument("--task", default="add2", help="task of the regimes that do not fix one: add2 (default), add3, mul2, add1")
     p.add_argument("--model", default="tiny", help="tiny (default) or smollm2 (an optional extra)")
-    p.add_argument("--workers", type=_positive, default=None,
+    p.add_argument("--workers", type=positive, default=None,
                    help=f"local worker processes, one run and one torch thread each (default: the cores, {os.cpu_count()})")
     p.add_argument("--ray-address", metavar="auto|HOST:PORT", help="send each run to this Ray cluster instead (needs rlstab[ray])")
-    p.add_argument("--checkpoint-every", type=_positive, default=10, help="steps between a run's checkpoints (default 10)")
+    p.add_argument("--checkpoint-every", type=positive, default=10, help="steps between a run's checkpoints (default 10)")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
     p.add_argument("--out", required=True, help="output folder (the same folder resumes a grid)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
@@ -43,7 +43,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from rlstab.demo.extras import missing_plotting
     from rlstab.errors import ConfigError, one_line
     from rlstab.lab.compare import LabError, compare
 

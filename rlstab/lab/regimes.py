@@ -15,41 +15,32 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from rlstab.errors import ConfigError
 from rlstab.loading.limits import LIMITS
 from rlstab.loading.text import read_text
 from rlstab.loading.wording import describe_validation_error
 from rlstab.loading.yaml12 import parse_yaml
+from rlstab.trainer.config import TrainConfig, TrainerSettings
 
 _HERE = Path(__file__).parent / "regimes"
 
 
-class Regime(BaseModel):
-    """The embedded trainer's settings for one stress regime. Defaults: ``rlstab demo``'s run."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Regime(TrainerSettings):
+    """The embedded trainer's settings for one stress regime (``TrainerSettings``: defaults are ``rlstab demo``'s run),
+    named, with the task it needs if any."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     """Folder-safe name: letters, digits, ``_``, ``.`` and ``-``."""
     description: str = ""
     task: str | None = None
     """A task the regime needs (``sparse`` fixes ``mul2``); None takes the run's ``--task``."""
-    lr: float = Field(3e-5, gt=0, le=1)
-    updates_per_step: int = Field(2, ge=1, le=64)
-    """Optimizer updates per rollout batch (mini-batches of whole groups): more is further off-policy."""
-    policy_lag: int = Field(0, ge=0, le=64)
-    """Rollouts are sampled by the policy this many steps behind (an asynchronous trainer's staleness)."""
-    temperature: float = Field(0.8, gt=0, le=10)
-    group_size: int = Field(8, ge=2, le=256)
-    prompts_per_step: int = Field(16, ge=1, le=1024)
-    micro_batch_size: int = Field(32, ge=1, le=4096)
-    max_grad_norm: float = Field(1.0, gt=0)
-    eval_every: int = Field(5, ge=1)
-    eval_size: int = Field(256, ge=1, le=4096)
-    warmup_steps: int | None = Field(None, ge=0, le=100_000)
-    """Supervised warm-start steps of the tiny model (None: the task's default)."""
+
+    def train_config(self, *, steps: int, seed: int) -> TrainConfig:
+        """The trainer's config of a run of ``steps`` steps from ``seed`` under this regime."""
+        settings = self.model_dump(include=set(TrainerSettings.model_fields))
+        return TrainConfig(**settings, steps=steps, seed=seed)
 
 
 @cache

@@ -1,13 +1,3 @@
-"""The demo's tests run torch on one thread, as ``rlstab demo`` does by default: at these model
-sizes a second thread only adds synchronisation, and on a busy machine much more than that."""
+"""The demo's tests: one torch thread (``torch_threads``)."""
 
-import pytest
-import torch
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from torch_threads import one_torch_thread  # noqa: F401  (autouse)

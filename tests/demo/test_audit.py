@@ -12,19 +12,11 @@ import torch
 
 import rlstab
 from rlstab.cli import main
-from rlstab.demo.audit import (
-    DEFAULT_OBJECTIVES,
-    Sample,
-    audit_objective,
-    collect,
-    figure,
-    markdown_table,
-    sample_from_rollout,
-    table_rows,
-)
-from rlstab.demo.models import load_policy
-from rlstab.demo.policy import Rollout
-from rlstab.demo.tasks import get_task
+from rlstab.demo.audit import DEFAULT_OBJECTIVES, Sample, audit_objective, collect, sample_from_rollout
+from rlstab.demo.audit_report import figure, markdown_table, table_rows
+from rlstab.trainer.models import load_policy
+from rlstab.trainer.policy import Rollout
+from rlstab.trainer.tasks import get_task
 
 WARMUP_STEPS = 6  # toy warm start: a second or two, cached for the module
 MASKED_PRESETS = [p for p in rlstab.preset_names() if rlstab.load(p).masks]

@@ -13,9 +13,9 @@ import torch
 
 import rlstab
 from rlstab.cli import main
-from rlstab.demo import models
-from rlstab.demo.tasks import get_task
-from rlstab.demo.warmstart import warm_start
+from rlstab.trainer import models
+from rlstab.trainer.tasks import get_task
+from rlstab.trainer.warmstart import warm_start
 
 # Toy sizes: a 2-step run is a fraction of a second once the warm start is cached.
 WARMUP_STEPS = "6"
@@ -151,7 +151,7 @@ def test_unknown_task_and_model(tmp_path, cache_dir, capsys):
 
 
 def test_smollm2_without_its_extra_is_a_clear_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "rlstab.demo.smollm2", None)  # as if it could not be imported
+    monkeypatch.setitem(sys.modules, "rlstab.trainer.smollm2", None)  # as if it could not be imported
     with pytest.raises(RuntimeError, match="smollm2.*not installed"):
         models.load_policy("smollm2", "add2", seed=0, cache_dir=None, progress=None)
 

@@ -186,7 +186,7 @@ labels[1, 5:] = -100  # padding
 # (the file whose code they sketch, the calls that code must make).
 SKETCHES = {
     ("docs/demo.md", "clip_grad_norm_(policy.trainable_parameters(), 1.0); optimizer.step()"): (
-        "rlstab/demo/trainer.py",
+        "rlstab/trainer/loop.py",
         ["loss_fn.gather([batch(rows, current_logprobs[rows], current_entropy[rows]) for rows in parts])",
          "policy.token_stats(rows_slice(rollout, rows))", "loss_fn(batch(rows, logprobs, entropy.detach()), step=stats)",
          "clip_grad_norm_("]),
@@ -336,7 +336,7 @@ def check_python(block: Block, folder, kind: str) -> None:
 
 def test_the_audit_example_runs(monkeypatch, tmp_path):
     """docs/audit.md's Python, on a tiny model warm-started for 5 steps instead of 130 (its numbers are not shown)."""
-    import rlstab.demo.models as models
+    import rlstab.trainer.models as models
 
     (block,) = [b for b in BLOCKS if b.page == "docs/audit.md" and b.lang == "python"]
     real = models.load_policy
@@ -420,8 +420,8 @@ def check_command(block: Block, argv: list[str], shown: list[str] | None, capsys
     elif argv[:2] == ["pip", "install"]:
         check_pip(argv)
     elif argv[:3] == ["python", "-m", "rlstab.adapters.openrlhf"]:
+        from rlstab.adapters.openrlhf.config import build_objective
         from rlstab.adapters.openrlhf.launcher import parser
-        from rlstab.adapters.openrlhf.objective import build_objective
 
         ours, _ = parser().parse_known_args(argv[3:])
         overrides = yaml.safe_load(ours.objective_overrides) if ours.objective_overrides else None
@@ -522,7 +522,7 @@ def test_the_stapo_block_is_the_preset_file():
 
 def test_the_demo_pages_examples_are_the_tasks_demonstrations():
     """docs/demo.md's add2 and mul2 examples are what the tasks demonstrate in the warm start."""
-    from rlstab.demo.tasks import Problem, get_task
+    from rlstab.trainer.tasks import Problem, get_task
 
     page = " ".join((ROOT / "docs" / "demo.md").read_text().split())
     add2 = get_task("add2").demonstration(Problem("47+38=", "85"))

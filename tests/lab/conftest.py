@@ -1,7 +1,1 @@
-import pytest
-
-
-@pytest.fixture
-def cache(tmp_path_factory):
-    """One warm-start cache for every lab test of the session (the quick regimes' warm starts)."""
-    return tmp_path_factory.getbasetemp() / "lab-warmstart-cache"
+from quick_regimes import cache  # noqa: F401  (the shared warm-start cache fixture)

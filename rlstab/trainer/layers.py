@@ -1,7 +1,7 @@
 """The parts of an objective the embedded trainer executes around the loss: its sampler and its rollout.
 
 ``sampler:`` (Goldilocks) chooses each step's prompts from a candidate pool and learns from their
-outcomes; ``rollout:`` (DEEP-GRPO) branches failed responses from pivots (``rlstab.demo.branching``).
+outcomes; ``rollout:`` (DEEP-GRPO) branches failed responses from pivots (``rlstab.trainer.branching``).
 Both keep state, saved with the lab's checkpoints so that a resumed run chooses as it would have.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlstab.demo.tasks import Problem, Task, training_problems
 from rlstab.lazy import torch
 from rlstab.objective import Objective
+from rlstab.trainer.tasks import Problem, Task, training_problems
 
 
 class TrainerLayers:

@@ -63,7 +63,7 @@ class Task(Protocol):
 class CharCodec:
     """One token per character of :data:`ALPHABET`, plus padding and end-of-sequence.
 
-    Implements ``rlstab.demo.policy.Codec``. Ids: ``pad_id = 0``, ``eos_id = 1``, then the
+    Implements ``rlstab.trainer.policy.Codec``. Ids: ``pad_id = 0``, ``eos_id = 1``, then the
     alphabet in order.
     """
 
@@ -168,7 +168,7 @@ class DirectAddition:
     """Single-digit addition answered directly, with no chain of thought: ``"7+8="`` -> ``"15"``.
 
     The task for a small *pretrained* LM. SmolLM2-135M-Instruct, shown three solved examples in its
-    chat prompt (``rlstab.demo.smollm2``), answers a fifth to a quarter of these problems (measured
+    chat prompt (``rlstab.trainer.smollm2``), answers a fifth to a quarter of these problems (measured
     on 64 random problems: 22% sampled at temperature 0.8, 30% greedy), while it gets 0-1% of
     ``add2`` and 0% of 2-digit sums answered directly. RL needs groups with both right and wrong
     answers, and only this task gives it many. The reward is exact match of the whole response,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from rlstab.demo.policy import Rollout, next_token, sampled_logprob
 from rlstab.lazy import torch
+from rlstab.trainer.policy import Rollout, next_token, sampled_logprob
 
 nn = torch.nn  # loads torch: this module is imported by the commands that train, never to validate
 F = torch.nn.functional
@@ -122,7 +122,7 @@ def response_mask_until_eos(response_ids: torch.Tensor, eos_id: int) -> torch.Te
 
 
 class TinyPolicy:
-    """The tiny transformer as a ``rlstab.demo.policy.Policy``.
+    """The tiny transformer as a ``rlstab.trainer.policy.Policy``.
 
     ``temperature <= 0`` in :meth:`sample` means greedy decoding (what the held-out evaluation uses).
     ``warm_start`` is set by the warm start (where the weights came from, whether from the cache).

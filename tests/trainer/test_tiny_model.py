@@ -2,9 +2,9 @@
 
 import torch
 
-from rlstab.demo.policy import Rollout
-from rlstab.demo.tasks import CharCodec
-from rlstab.demo.tiny_model import TinyConfig, TinyPolicy, response_mask_until_eos
+from rlstab.trainer.policy import Rollout
+from rlstab.trainer.tasks import CharCodec
+from rlstab.trainer.tiny_model import TinyConfig, TinyPolicy, response_mask_until_eos
 
 
 def policy(seed=0):
@@ -55,7 +55,7 @@ def test_sampling_is_seeded_and_matches_token_stats_under_greedy():
         prompt_len = len(prompts[0])
         seq = torch.cat([torch.tensor(prompts[0]), greedy.response_ids[0]])[None]
         real = torch.ones_like(seq, dtype=torch.bool)
-        from rlstab.demo.tiny_model import _full_attention_mask, _positions
+        from rlstab.trainer.tiny_model import _full_attention_mask, _positions
 
         logits, _ = p.model(seq, _positions(real), _full_attention_mask(real))
         n = int(greedy.response_mask[0].sum())

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlstab.demo.policy import Policy, Rollout
-from rlstab.demo.tasks import Problem, Task
 from rlstab.exploration.deep_grpo import PivotExplorer
 from rlstab.lazy import torch
+from rlstab.trainer.policy import Policy, Rollout
+from rlstab.trainer.tasks import Problem, Task
 
 
 @dataclass

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rlstab.demo.policy import Rollout
-from rlstab.demo.tasks import CharCodec, Task, training_problems
-from rlstab.demo.tiny_model import TinyConfig, TinyPolicy
 from rlstab.lazy import torch
+from rlstab.trainer.policy import Rollout
+from rlstab.trainer.tasks import CharCodec, Task, training_problems
+from rlstab.trainer.tiny_model import TinyConfig, TinyPolicy
 
 # Bump when the recipe below changes in a way the key does not capture.
 RECIPE_VERSION = 1

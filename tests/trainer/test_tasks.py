@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlstab.demo.tasks import (
+from rlstab.trainer.tasks import (
     CharCodec,
     Problem,
     final_answer,

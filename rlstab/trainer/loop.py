@@ -19,95 +19,51 @@ clip ranges start to differ. For that second update the current policy's log-pro
 entropies are recomputed (no grad) and passed to ``gather``, so the kept-token counts and entropy
 quantiles are those of the policy the update is computed for.
 
-Every objective starts from its own copy of the same warm-started policy with the same RNG
-streams (one for problems, one for sampling), so the objectives see the same prompts and differ
-only through what they learn. Held-out accuracy is greedy exact match on a fixed held-out set.
+``rlstab.trainer.run.Run`` drives it step by step, from a seed and a ``TrainConfig``. Held-out
+accuracy is greedy exact match on a fixed held-out set.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rlstab.batch import TokenBatch
-from rlstab.demo.branching import concat, sample_branches
-from rlstab.demo.layers import TrainerLayers
-from rlstab.demo.policy import Policy, Rollout
-from rlstab.demo.tasks import Problem, Task
-from rlstab.exploration.deep_grpo import PivotExplorer
+from rlstab.compiler.loss_metrics import STEP_COUNTS
 from rlstab.lazy import torch
+from rlstab.metrics import Combines, combine
 from rlstab.step.ess import effective_sample_size
+from rlstab.trainer.branching import concat, sample_branches
+from rlstab.trainer.policy import Policy, Rollout
+from rlstab.trainer.tasks import Problem, Task
 
-if TYPE_CHECKING:  # rlstab.compiled imports torch, and `rlstab demo`'s parser reads TrainConfig
+if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective
+    from rlstab.exploration.deep_grpo import PivotExplorer
+    from rlstab.trainer.config import TrainConfig
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """The RL run's knobs (the CLI's flags). Defaults: the default ``rlstab demo`` run.
+def combine_updates(updates: Sequence[tuple[dict[str, float], dict[str, Combines]]]) -> dict[str, float]:
+    """A whole RL step's loss metrics from its optimizer updates' ``(metrics, kinds)`` (``rlstab.metrics.combine``'s
+    result and each metric's kind).
 
-    Tuned on ``add2`` so that held-out accuracy rises under grpo on every seed tried (0-3: from
-    20-31% to 46-83% in 100 steps) within a few minutes on two cores. Adam at 3e-4 undoes the warm
-    start within 15 steps; temperature 0.8 rather than 1 gives more groups with a correct sample.
+    Sums add up; the step's denominators (``STEP_COUNTS``) add up too, each update being a step of
+    its own; every other metric (means, fractions, the updates' other step values) is weighted by
+    each update's valid tokens.
     """
-
-    steps: int = 100
-    seed: int = 0
-    group_size: int = 8
-    prompts_per_step: int = 16
-    micro_batch_size: int = 32
-    updates_per_step: int = 2
-    lr: float = 3e-5
-    temperature: float = 0.8
-    max_grad_norm: float = 1.0
-    eval_every: int = 5
-
-
-# Metrics that count tokens (summed over micro-batches); every other loss metric except the
-# policy loss is a per-token fraction or mean (averaged over micro-batches weighted by valid tokens).
-_COUNT_SUFFIXES = ("/kept", "/silenced")
-_COUNTS = ("tokens/valid", "tokens/kept")
-_STEP_VALUES = ("step/tokens_valid", "step/tokens_kept", "step/branch_tokens_valid", "step/branch_responses")
-_SUMMED = ("loss", "loss/policy")
-
-
-def aggregate_metrics(metrics: Sequence[dict[str, float]]) -> dict[str, float]:
-    """One optimizer step's metrics from its micro-batches' ``LossOutput.metrics``.
-
-    Counts and losses add up; fractions and means are weighted by each micro-batch's valid tokens;
-    step-level values (thresholds, step token counts) are the same in every micro-batch. A metric
-    some parts lack (a threshold of a step whose groups dynamic sampling all dropped) is taken from
-    those that have it.
-    """
+    if len(updates) == 1:
+        return dict(updates[0][0])
     out: dict[str, float] = {}
-    for name in dict.fromkeys(k for m in metrics for k in m):
-        have = [m for m in metrics if name in m]
-        values = [m[name] for m in have]
-        if name in _COUNTS or name in _SUMMED or name.endswith(_COUNT_SUFFIXES) or name.startswith("loss/"):
+    for name in dict.fromkeys(k for metrics, _ in updates for k in metrics):
+        have = [(metrics, kinds) for metrics, kinds in updates if name in metrics]
+        values = [metrics[name] for metrics, _ in have]
+        if have[0][1][name] == "sum" or name in STEP_COUNTS:
             out[name] = sum(values)
-        elif name in _STEP_VALUES or name.endswith("threshold"):
-            out[name] = values[0]
         else:
-            weights = [m["tokens/valid"] for m in have]
+            weights = [metrics["tokens/valid"] for metrics, _ in have]
             out[name] = sum(v * w for v, w in zip(values, weights)) / (sum(weights) or 1.0)
     return out
-
-
-def combine_updates(updates: Sequence[dict[str, float]]) -> dict[str, float]:
-    """A whole RL step's loss metrics from its optimizer updates' (counts add, fractions by tokens)."""
-    if len(updates) == 1:
-        return dict(updates[0])
-    combined = aggregate_metrics(updates)
-    for name in combined:
-        if name in _STEP_VALUES:
-            combined[name] = sum(u.get(name, 0.0) for u in updates)
-        elif name.endswith("threshold"):
-            values = [u[name] for u in updates if name in u]
-            combined[name] = sum(values) / len(values)
-    return combined
 
 
 def rows_slice(rollout: Rollout, rows: Sequence[int]) -> Rollout:
@@ -161,8 +117,10 @@ def update(
     current: tuple[torch.Tensor, torch.Tensor],
     config: TrainConfig,
     is_branch: torch.Tensor | None = None,
-) -> tuple[dict[str, float], float]:
-    """One optimizer step on ``rollout`` through the step API; returns (loss metrics, grad norm).
+) -> tuple[tuple[dict[str, float], dict[str, Combines]], float]:
+    """One optimizer step on ``rollout`` through the step API; returns ((loss metrics, their kinds), grad norm).
+
+    The loss metrics are the micro-batches' combined by their kinds (``rlstab.metrics.combine``).
 
     ``current`` holds the current policy's log-probabilities and entropies (no grad) for ``gather``.
     ``is_branch`` marks DEEP-GRPO's branch rows (given when the objective has ``dual_stream``).
@@ -200,7 +158,8 @@ def update(
         metrics.append(out.metrics)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
     scaled_step(optimizer, stats.lr_scale)
-    return aggregate_metrics(metrics), grad_norm
+    kinds = {name: part.combines(name) for part in metrics for name in part}
+    return (combine(metrics), kinds), grad_norm
 
 
 def score_grad_sq_norms(policy: Policy, rollout: Rollout) -> torch.Tensor:
@@ -314,85 +273,6 @@ def rollout_ess_fraction(old_logprobs: torch.Tensor, rollout: Rollout, mask: tor
     return effective_sample_size(log_weights) / max(1, log_weights.numel())
 
 
-def step_row(objective: str, step: int, metrics: dict, accuracy: float | None, mask_labels: Sequence[str]) -> dict:
-    """The ``metrics.jsonl`` row of one step: fixed fields first, then the loss's own metrics."""
-    loss = metrics["loss_metrics"]
-    valid = loss["tokens/valid"]
-    row = {
-        "objective": objective,
-        "step": step,
-        "reward": metrics["reward"],
-        "accuracy": accuracy,
-        "entropy": metrics["entropy"],
-        "response_length": metrics["response_length"],
-        "grad_norm": metrics["grad_norm"],
-        "kept_fraction": loss["tokens/kept_fraction"],
-        "silenced": valid - loss["tokens/kept"],
-        "silenced_fraction": (valid - loss["tokens/kept"]) / valid if valid else 0.0,
-        "clip_high_fraction": loss.get("clip/high_fraction", 0.0),
-        "clip_low_fraction": loss.get("clip/low_fraction", 0.0),
-        "clip_dual_fraction": loss.get("clip/dual_fraction", 0.0),
-        "masks": {
-            label: {"kept_fraction": loss[f"mask/{label}/kept_fraction"], "silenced": loss[f"mask/{label}/silenced"]}
-            for label in mask_labels
-        },
-        "loss": {k: v for k, v in loss.items() if not k.startswith("mask/")},
-        "zero_variance_groups": metrics["zero_variance_groups"],
-    }
-    if metrics["layers"]:
-        row["layers"] = metrics["layers"]
-    return row
-
-
 def add_sampler_metrics(metrics: dict, sampler_metrics: dict[str, float]) -> None:
     """Put the sampler's metrics of the step (Goldilocks' teacher) with the rollout's, under ``layers``."""
     metrics["layers"].update({f"sampler/{k}": v for k, v in sampler_metrics.items()})
-
-
-def start_row(objective: str, accuracy: float) -> dict:
-    """Step 0: the warm-started policy before any update (only the held-out accuracy is measured)."""
-    return {"objective": objective, "step": 0, "accuracy": accuracy}
-
-
-@dataclass
-class ObjectiveRun:
-    """What one objective's run produced."""
-
-    objective: str
-    rows: list[dict]
-    wall_time: float
-
-
-def train_objective(
-    label: str,
-    loss_fn: CompiledObjective,
-    policy: Policy,
-    task: Task,
-    eval_problems: Sequence[Problem],
-    config: TrainConfig,
-    on_row: Callable[[dict], None] | None = None,
-) -> ObjectiveRun:
-    """RL-train ``policy`` (in place) with ``loss_fn`` for ``config.steps`` steps.
-
-    Accuracy is measured at step 0, every ``eval_every`` steps and at the last step; other rows
-    carry ``accuracy: null``.
-    """
-    start = time.perf_counter()
-    torch.manual_seed(config.seed)
-    problem_generator = torch.Generator().manual_seed(config.seed)
-    sample_generator = torch.Generator().manual_seed(config.seed + 1)
-    optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=config.lr)
-    layers = TrainerLayers(loss_fn.objective, config.seed)
-    rows = [start_row(label, evaluate(policy, task, eval_problems))]
-    if on_row:
-        on_row(rows[-1])
-    for step in range(1, config.steps + 1):
-        problems = layers.problems(task, config.prompts_per_step, problem_generator)
-        metrics = rl_step(policy, optimizer, loss_fn, task, problems, sample_generator, config, explorer=layers.explorer)
-        add_sampler_metrics(metrics, layers.observe(problems, metrics["prompt_rates"]))
-        evaluate_now = step % config.eval_every == 0 or step == config.steps
-        accuracy = evaluate(policy, task, eval_problems) if evaluate_now else None
-        rows.append(step_row(label, step, metrics, accuracy, loss_fn.mask_labels))
-        if on_row:
-            on_row(rows[-1])
-    return ObjectiveRun(label, rows, time.perf_counter() - start)

@@ -6,19 +6,19 @@ import pytest
 import torch
 
 import rlstab
-from rlstab.demo.branching import sample_branches
-from rlstab.demo.tasks import CharCodec, get_task, training_problems
-from rlstab.demo.tiny_model import TinyConfig, TinyPolicy
-from rlstab.demo.trainer import (
-    TrainConfig,
+from rlstab.exploration.deep_grpo import DeepGRPO, PivotExplorer
+from rlstab.trainer.branching import sample_branches
+from rlstab.trainer.config import TrainConfig
+from rlstab.trainer.loop import (
     _token_stats_no_grad,
-    aggregate_metrics,
+    combine_updates,
     response_texts,
     rl_step,
     score_grad_sq_norms,
     update,
 )
-from rlstab.exploration.deep_grpo import DeepGRPO, PivotExplorer
+from rlstab.trainer.tasks import CharCodec, get_task, training_problems
+from rlstab.trainer.tiny_model import TinyConfig, TinyPolicy
 
 
 def small_policy():
@@ -50,25 +50,28 @@ def test_update_gradient_does_not_depend_on_micro_batch_size(preset):
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
 
 
-def test_aggregate_metrics_adds_counts_and_weights_fractions():
-    a = {"tokens/valid": 10.0, "tokens/kept": 8.0, "tokens/kept_fraction": 0.8, "mask/s2t/silenced": 2.0,
-         "mask/s2t/kept": 8.0, "mask/s2t/entropy_threshold": 0.5, "clip/high_fraction": 0.1, "loss": 1.0,
-         "loss/policy": 1.0, "step/tokens_valid": 40.0}
-    b = {"tokens/valid": 30.0, "tokens/kept": 30.0, "tokens/kept_fraction": 1.0, "mask/s2t/silenced": 0.0,
-         "mask/s2t/kept": 30.0, "mask/s2t/entropy_threshold": 0.5, "clip/high_fraction": 0.0, "loss": 2.0,
-         "loss/policy": 2.0, "step/tokens_valid": 40.0}
-    out = aggregate_metrics([a, b])
-    assert out["tokens/valid"] == 40 and out["tokens/kept"] == 38 and out["mask/s2t/silenced"] == 2
-    assert out["tokens/kept_fraction"] == pytest.approx(38 / 40)
-    assert out["clip/high_fraction"] == pytest.approx(1 / 40)
-    assert out["loss"] == 3.0 and out["loss/policy"] == 3.0
-    assert out["mask/s2t/entropy_threshold"] == 0.5 and out["step/tokens_valid"] == 40
+def test_combine_updates_adds_counts_and_step_denominators_and_weights_the_rest():
+    kinds = {"tokens/valid": "sum", "tokens/kept": "sum", "tokens/kept_fraction": "token_mean", "loss": "sum",
+             "step/tokens_valid": "step", "surrogate/clip_high": "step", "clip/high_fraction": "token_mean"}
+    a = {"tokens/valid": 10.0, "tokens/kept": 8.0, "tokens/kept_fraction": 0.8, "loss": 1.0, "step/tokens_valid": 10.0,
+         "surrogate/clip_high": 0.2, "clip/high_fraction": 0.1}
+    b = {"tokens/valid": 30.0, "tokens/kept": 30.0, "tokens/kept_fraction": 1.0, "loss": 2.0, "step/tokens_valid": 30.0,
+         "surrogate/clip_high": 0.3}
+    out = combine_updates([(a, kinds), (b, kinds)])
+    # sums and the step denominators add: 10 + 30 valid tokens, 8 + 30 kept, losses 1 + 2
+    assert out["tokens/valid"] == 40 and out["tokens/kept"] == 38 and out["loss"] == 3.0
+    assert out["step/tokens_valid"] == 40
+    # the rest by valid tokens: (0.8 * 10 + 1.0 * 30) / 40 = 0.95; (0.2 * 10 + 0.3 * 30) / 40 = 0.275
+    assert out["tokens/kept_fraction"] == pytest.approx(0.95)
+    assert out["surrogate/clip_high"] == pytest.approx(0.275)
+    assert out["clip/high_fraction"] == pytest.approx(0.1)  # only update a has it: its own value
+    assert combine_updates([(a, kinds)]) == a
 
 
 def test_response_texts_drop_eos_and_padding():
     policy = small_policy()
     codec = policy.codec
-    from rlstab.demo.policy import Rollout
+    from rlstab.trainer.policy import Rollout
 
     ids = torch.tensor([codec.encode("1+2=3:3") + [codec.eos_id, codec.pad_id]])
     rollout = Rollout([codec.encode("1+2=")], ids, torch.tensor([[True] * 8 + [False]]))

