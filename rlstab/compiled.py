@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.comm import Comm
 from rlstab.compiler.advantages import set_micro_batch_advantages
-from rlstab.compiler.inputs import Inputs, kept, mask_keeps
+from rlstab.compiler.inputs import Inputs, kept, mask_keeps, shadow_keeps
 from rlstab.compiler.loss_metrics import loss_metrics
 from rlstab.compiler.loss_output import Deferred, loss_output
 from rlstab.compiler.loss_phase import LossPhase
@@ -225,12 +225,17 @@ class CompiledObjective:
         (``tokens/kept``). Valid tokens are the batch's response tokens, less those of the groups
         dynamic sampling dropped; for a rollout rejection (a mask whose rejected tokens become
         padding) they are taken before any rejection, and for every other mask after it.
+
+        The shadow masks (``shadow_masks``: measured, not acting) follow the masks, under their
+        labels ``shadow/<label>`` (``shadow/s2t``): the tokens each would keep, counted in
+        ``shadow/<label>/kept``; they never change which tokens train.
         """
         return {label: counted * keep for label, counted, keep in self._mask_tokens(batch, step)}
 
     def mask_silences(self, batch: TokenBatch, step: StepStats | None = None) -> dict[str, torch.Tensor]:
         """Which valid tokens each mask silences (``mask/<label>/silenced``): 1.0 where ``mask_keeps`` counts a
-        token and does not keep it. Arguments and valid tokens as for ``mask_keeps``."""
+        token and does not keep it. Arguments, valid tokens and the shadow masks' labels (``shadow/<label>``,
+        the tokens each would silence) as for ``mask_keeps``."""
         return {label: counted * (1 - keep) for label, counted, keep in self._mask_tokens(batch, step)}
 
     def _mask_tokens(self, batch: TokenBatch, step: StepStats | None) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -243,8 +248,10 @@ class CompiledObjective:
         rejections = set(self.plan.rejections)
         before = step.step_level.response_tokens(batch)
         keeps = mask_keeps(self.objective, t, step.thresholds)
+        shadows = shadow_keeps(self.objective, t, step.thresholds)  # over the valid tokens, as their metrics
         return [(label, before if i in rejections else t.valid, keep)
-                for i, (label, keep) in enumerate(zip(self.mask_labels, keeps))]
+                for i, (label, keep) in enumerate(zip(self.mask_labels, keeps))] + [
+                (label, t.valid, keep) for label, keep in zip(self.plan.shadow_labels, shadows)]
 
     def _defers(self, batch: TokenBatch) -> bool:
         if self.defer_checks is not None:

@@ -26,6 +26,10 @@ def explain(objective: Objective) -> str:
         lines.append("  M   = AND of:")
         for i, m in enumerate(o.masks):
             lines.append(f"        masks[{i}] {m.describe()}")
+    if o.shadow_masks:
+        lines.append("  shadow masks (measured, not acting: shadow/<label>/kept, /silenced):")
+        for label, m in zip(o.plan().shadow_labels, o.shadow_masks):
+            lines.append(f"        {label} {m.describe()}")
     if o.reweighters:
         lines.append("  W   = product of:")
         for i, w in enumerate(o.reweighters):
@@ -62,7 +66,7 @@ _EMBEDDED = "rlstab's embedded trainer (demo, lab)"
 
 def placement(o: Objective) -> list[tuple[str, str, str]]:
     """``(layer, parts, who executes them)`` for each layer the objective uses: loss, step, sampler, rollout."""
-    loss = ["surrogate", "aggregation"] + [name for name in ("masks", "reweighters", "regularisers") if getattr(o, name)]
+    loss = ["surrogate", "aggregation"] + [n for n in ("masks", "shadow_masks", "reweighters", "regularisers") if getattr(o, n)]
     rows = [("loss", ", ".join(loss), _EVERY_TRAINER)]
     step = ["advantage (step statistics)"] + [n for n in ("reward_shaping", "group_filter") if getattr(o, n)]
     rows.append(("step", ", ".join(step), "gather, over every micro-batch and rank, in any trainer"))

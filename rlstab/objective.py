@@ -13,9 +13,11 @@ import json
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from rlstab.advantages import GRPO
 from rlstab.clipping import PPOClip
+from rlstab.compiler.plan import match_problems
 from rlstab.registry.families import FAMILIES, with_instance_problems
 from rlstab.registry.store import rebuild_on_change
 
@@ -53,6 +55,9 @@ class Objective(BaseModel):
     """How advantages are computed when the trainer does not supply them."""
     masks: list[AnyMask] = Field(default_factory=list)
     """Token masks, AND-ed: a token trains only if every mask keeps it."""
+    shadow_masks: list[AnyMask] = Field(default_factory=list)
+    """Masks measured while they do not act: each step's ``shadow/<label>/kept`` and ``/silenced`` say what
+    they would have silenced (with their own step thresholds); the loss and gradients are those without them."""
     reweighters: list[AnyReweighter] = Field(default_factory=list)
     """Positive factors on each token's loss (advantage reweighting, importance corrections); they multiply."""
     surrogate: AnySurrogate = Field(default_factory=PPOClip)
@@ -85,9 +90,16 @@ class Objective(BaseModel):
     @classmethod
     def _explain_component_objects(cls, data: Any, handler: Any) -> Objective:
         try:
-            return handler(data)
+            objective = handler(data)
         except ValidationError as err:  # a component object of another family, or of a kind nobody registered
             raise with_instance_problems(err, data) if isinstance(data, dict) else err from None
+        problems = match_problems(objective)  # a shadow rejection; a match that names no matchable mask
+        if problems:
+            raise ValidationError.from_exception_data(cls.__name__, [
+                {"type": PydanticCustomError("mask_match", "{message}", {"message": message}), "loc": loc, "input": value}
+                for loc, message, value in problems
+            ])
+        return objective
 
     def compile(self) -> CompiledObjective:
         """The loss callable: ``loss_fn(batch) -> LossOutput``; see [`CompiledObjective`][rlstab.CompiledObjective]."""
@@ -118,7 +130,7 @@ class Objective(BaseModel):
         """
         data = self.model_dump(exclude={"name", "description"})  # python mode: an infinite bound stays Infinity
         for layer in _LATER_FIELDS:  # absent, as before they existed: an objective without them keeps its digest
-            if data[layer] is None:
+            if data[layer] in (None, []):
                 del data[layer]
         text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
         return hashlib.sha256(text.encode()).hexdigest()
@@ -127,7 +139,10 @@ class Objective(BaseModel):
         """YAML that [`rlstab.load`][rlstab.load] turns back into an equal objective."""
         from rlstab.loading.yaml12 import dump_yaml
 
-        return dump_yaml(_kind_first(self.model_dump(mode="json", exclude_none=True)))
+        data = self.model_dump(mode="json", exclude_none=True)
+        if not data["shadow_masks"]:  # a later field: left out while empty, as before it existed
+            del data["shadow_masks"]
+        return dump_yaml(_kind_first(data))
 
     def explain(self) -> str:
         """The composed objective as a readable formula with every parameter."""
@@ -137,7 +152,7 @@ class Objective(BaseModel):
 
 
 # Fields added after fingerprints were first published; left out of the digest while unset.
-_LATER_FIELDS = ("dual_stream", "sampler", "rollout")
+_LATER_FIELDS = ("dual_stream", "sampler", "rollout", "shadow_masks")
 
 
 def _kind_first(data):

@@ -110,4 +110,9 @@ def _caller_level() -> int:
 
 def mask_keeps(objective: Objective, t: Tokens, thresholds) -> list[torch.Tensor]:
     """``[B, T]`` 0/1 per mask: the tokens it keeps, with its step threshold (``StepStats.thresholds``)."""
-    return [m.keep(t, thr) for m, thr in zip(objective.masks, thresholds)]
+    return [m.keep(t, thr) for m, thr in zip(objective.masks, thresholds[:len(objective.masks)])]
+
+
+def shadow_keeps(objective: Objective, t: Tokens, thresholds) -> list[torch.Tensor]:
+    """``[B, T]`` 0/1 per shadow mask: the tokens it would keep (it does not act), with its step threshold."""
+    return [m.keep(t, thr) for m, thr in zip(objective.shadow_masks, thresholds[len(objective.masks):])]

@@ -5,7 +5,9 @@ Names (``<label>``: a component's kind, suffixed with its position when the kind
 - ``mask/<label>/kept``, ``/silenced`` (sum): the valid tokens the mask keeps and silences (for a
   rollout rejection, over the response tokens before any rejection); ``/kept_fraction``
   (token_mean); its step threshold(s) (step), ``/entropy_threshold`` or an expression's
-  ``/quantile_...``.
+  ``/quantile_...``, a ``random_silence``'s ``/target`` and ``/candidates``.
+- ``shadow/<label>/kept``, ``/silenced`` (sum), ``/kept_fraction`` (token_mean), its threshold(s)
+  (step): the same for a shadow mask (``shadow_masks``: measured over the valid tokens, not acting).
 - ``reweight/<label>/mean`` (token_mean): the factor's mean over kept tokens; the reweighter's
   step values ``reweight/<label>/<name>`` (step); the surrogate's ``surrogate/<name>`` (step).
 - ``loss/policy``, ``loss/<regulariser label>`` (the term without its coefficient), ``loss`` (sum).
@@ -21,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlstab.batch import TokenBatch
+from rlstab.compiler.inputs import shadow_keeps
 from rlstab.lazy import torch
 from rlstab.metrics import Combines
 from rlstab.tokens import Tokens
@@ -62,7 +65,7 @@ def loss_metrics(
     n_valid = t.valid.sum()
     n_valid_safe = n_valid.clamp(min=1.0)
     valid_flat = t.valid.reshape(-1)
-    _mask_metrics(out, objective, plan, batch, valid_flat, n_valid, step, keeps)
+    _mask_metrics(out, objective, plan, batch, t, valid_flat, n_valid, step, keeps)
     for label, reweighter, value, reweighted in zip(plan.reweighter_labels, obj.reweighters, step.hooks, terms.reweighted):
         out.add(f"reweight/{label}/mean", reweighted / terms.n_kept.clamp(min=1.0), "token_mean")
         for name, v in reweighter.step_metrics(value).items():
@@ -100,10 +103,10 @@ def loss_metrics(
 
 
 def _mask_metrics(
-    out: Reported, objective: Objective, plan: Plan, batch: TokenBatch, valid_flat: torch.Tensor, n_valid: torch.Tensor,
-    step: StepStats, keeps: list[torch.Tensor],
+    out: Reported, objective: Objective, plan: Plan, batch: TokenBatch, t: Tokens, valid_flat: torch.Tensor,
+    n_valid: torch.Tensor, step: StepStats, keeps: list[torch.Tensor],
 ) -> None:
-    """Each mask's kept and silenced tokens, their fraction, and its step threshold(s)."""
+    """Each mask's (then each shadow mask's) kept and silenced tokens, their fraction, and its step threshold(s)."""
     if plan.rejections:  # their counts are over the tokens before any rejection
         before_flat = step.step_level.response_tokens(batch).reshape(-1)
         n_before = before_flat.sum()
@@ -113,9 +116,21 @@ def _mask_metrics(
         out.add(f"mask/{label}/kept", n_kept_by_mask, "sum")
         out.add(f"mask/{label}/silenced", n_base - n_kept_by_mask, "sum")
         out.add(f"mask/{label}/kept_fraction", n_kept_by_mask / n_base.clamp(min=1.0), "token_mean")
-        if isinstance(thr, tuple):  # several step quantiles, named by the mask
-            for name, value in zip(mask.threshold_names, thr):
-                if value is not None:
-                    out.add(f"mask/{label}/{name}", value, "step")
-        elif thr is not None:
-            out.add(f"mask/{label}/{mask.threshold_name}", thr, "step")
+        _threshold_metrics(out, f"mask/{label}", mask, thr)
+    shadows = shadow_keeps(objective, t, step.thresholds)
+    for label, mask, k, thr in zip(plan.shadow_labels, objective.shadow_masks, shadows, step.thresholds[len(keeps):]):
+        n_kept_by_mask = torch.dot(valid_flat, k.reshape(-1))
+        out.add(f"{label}/kept", n_kept_by_mask, "sum")
+        out.add(f"{label}/silenced", n_valid - n_kept_by_mask, "sum")
+        out.add(f"{label}/kept_fraction", n_kept_by_mask / n_valid.clamp(min=1.0), "token_mean")
+        _threshold_metrics(out, label, mask, thr)
+
+
+def _threshold_metrics(out: Reported, prefix: str, mask, thr) -> None:
+    """A mask's step threshold(s) (step), named by the mask; a tuple's entries named None are not reported."""
+    if isinstance(thr, tuple):  # several step values, named by the mask
+        for name, value in zip(mask.threshold_names, thr):
+            if value is not None and name is not None:
+                out.add(f"{prefix}/{name}", value, "step")
+    elif thr is not None:
+        out.add(f"{prefix}/{mask.threshold_name}", thr, "step")

@@ -36,6 +36,10 @@ class Plan:
         training_batch: those of them whose state moves once per training batch.
         per_micro_batch: components that compute their statistics within each micro-batch.
         rejections: indices of the masks whose rejected tokens become padding (``acts_on_valid``).
+        shadow_labels: the shadow masks' labels, in order, with their prefix (``shadow/s2t``): their
+            metrics are ``shadow/<label>/kept``, and ``mask_keeps`` returns them under these labels.
+        matches: per mask slot (the masks, then the shadow masks): the slot whose silenced tokens a
+            counted mask matches (``random_silence``'s ``match``), or None.
     """
 
     mask_labels: tuple[str, ...]
@@ -46,6 +50,8 @@ class Plan:
     training_batch: tuple[str, ...]
     per_micro_batch: tuple[str, ...]
     rejections: tuple[int, ...]
+    shadow_labels: tuple[str, ...] = ()
+    matches: tuple[int | None, ...] = ()
 
     @classmethod
     def of(cls, objective: Objective) -> Plan:
@@ -55,10 +61,11 @@ class Plan:
         reweighters = [(f"reweighters[{i}] ({w.kind})", w) for i, w in enumerate(o.reweighters)]
         surrogate = (f"surrogate ({o.surrogate.kind})", o.surrogate)
         regularisers = [(f"regularisers[{i}] ({r.kind})", r) for i, r in enumerate(o.regularisers)]
+        shadows = [(f"shadow_masks[{i}] ({m.kind})", m) for i, m in enumerate(o.shadow_masks)]
         step_level = [(f"reward_shaping[{i}] ({c.kind})", c) for i, c in enumerate(o.reward_shaping)]
         step_level += [(f"{name} ({getattr(o, name).kind})", getattr(o, name))
                        for name in ("group_filter", "lr_scale", "dual_stream") if getattr(o, name) is not None]
-        readers = masks + reweighters + [surrogate] + regularisers + step_level
+        readers = masks + shadows + reweighters + [surrogate] + regularisers + step_level
         hooked = reweighters + [surrogate]
         return cls(
             mask_labels=component_labels([m.kind for m in o.masks]),
@@ -67,8 +74,10 @@ class Plan:
             reads=tuple((who, field) for who, c in readers for field in sorted(c.reads)),
             stateful=tuple(label for label, _ in hooked),
             training_batch=tuple(label for label, c in hooked if c.state_cadence() == "training_batch"),
-            per_micro_batch=tuple(label for label, c in masks + hooked if _selection(c) == "micro_batch"),
+            per_micro_batch=tuple(label for label, c in masks + shadows + hooked if _selection(c) == "micro_batch"),
             rejections=tuple(i for i, m in enumerate(o.masks) if getattr(m, "acts_on_valid", False)),
+            shadow_labels=shadow_labels(o),
+            matches=tuple(_slot(o, m.match) if getattr(m, "counted", False) else None for _, m in mask_slots(o)),
         )
 
     def readers(self, field: str) -> list[str]:
@@ -79,6 +88,52 @@ class Plan:
     def reads_rewards(self) -> bool:
         """Whether a component reads ``rewards`` (otherwise rewards beside advantages are ignored)."""
         return bool(self.readers("rewards"))
+
+
+def shadow_labels(objective: Objective) -> tuple[str, ...]:
+    """The shadow masks' labels: ``shadow/`` and the kind, suffixed with its position when a kind appears twice."""
+    return tuple(f"shadow/{label}" for label in component_labels([m.kind for m in objective.shadow_masks]))
+
+
+def mask_slots(objective: Objective) -> list[tuple[str, Any]]:
+    """``(label, mask)`` for the masks, then the shadow masks (``shadow/<label>``): the order of ``StepStats.thresholds``."""
+    o = objective
+    return list(zip(component_labels([m.kind for m in o.masks]), o.masks)) + list(zip(shadow_labels(o), o.shadow_masks))
+
+
+def _slot(objective: Objective, match: int | str | None) -> int | None:
+    """The slot a ``match`` names: an index into ``masks``, or a label of ``mask_slots``; None when none."""
+    if match is None:
+        return None
+    if isinstance(match, int):
+        return match if 0 <= match < len(objective.masks) else None
+    labels = [label for label, _ in mask_slots(objective)]
+    return labels.index(match) if match in labels else None
+
+
+def match_problems(objective: Objective) -> list[tuple[tuple, str, Any]]:
+    """``(path, message, value)`` for each shadow mask that cannot be one and each ``match`` that names no matchable mask."""
+    problems = []
+    slots = mask_slots(objective)
+    fields = [("masks", i) for i in range(len(objective.masks))] + [("shadow_masks", i) for i in range(len(objective.shadow_masks))]
+    for i, m in enumerate(objective.shadow_masks):
+        if getattr(m, "acts_on_valid", False):
+            problems.append((("shadow_masks", i), f"a {m.kind} that turns rejected tokens into padding cannot be a shadow "
+                                                  "mask (it would change every population and denominator)", m.kind))
+    for (_, m), path in zip(slots, fields):
+        if not getattr(m, "counted", False) or getattr(m, "match", None) is None:
+            continue
+        j = _slot(objective, m.match)
+        allowed = ", ".join(repr(lb) for lb, other in slots if not getattr(other, "counted", False)) or "none"
+        if j is None:
+            problems.append(((*path, "match"), f"names no mask of this objective (allowed: {allowed}, or an index into masks)",
+                             m.match))
+        elif getattr(slots[j][1], "counted", False):
+            problems.append(((*path, "match"), f"names {slots[j][0]!r}, itself a counted mask; allowed: {allowed}", m.match))
+        elif getattr(slots[j][1], "acts_on_valid", False):
+            problems.append(((*path, "match"), f"names {slots[j][0]!r}, a rollout rejection whose rejected tokens become "
+                                               "padding, never candidates", m.match))
+    return problems
 
 
 def _selection(component: Any) -> str | None:

@@ -3,7 +3,8 @@
 ``gather`` runs, in order: the step level (dynamic sampling drops groups: their responses become
 padding; VCPO's learning-rate scale), the advantage estimator's fit, the stateful components'
 step (one loop, ``ComponentStates.begin``, shared
-with ``begin_training_batch``), each mask's step quantile, and the denominators
+with ``begin_training_batch``), each mask's step quantile (then each shadow mask's; a counted
+mask's order statistic after the mask it matches, see ``counted``), and the denominators
 
     tokens_valid = sum valid,  tokens_kept = sum valid * prod_m keep_m,
     sequences_valid = #{rows with a valid token},  sequences_kept = #{rows with a kept token},
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from rlstab.aggregation import StepCounts
 from rlstab.comm import Comm
 from rlstab.compiler.advantages import fit_step_advantages
+from rlstab.compiler.counted import counted_threshold
 from rlstab.compiler.inputs import Inputs, kept, mask_keeps
 from rlstab.compiler.states import ComponentStates, Pending
 from rlstab.compiler.step_stats import StepStats
@@ -83,22 +85,29 @@ class StepPhase:
         return Gathered(stats, masked, pending, totals[4] > 0)
 
     def _thresholds(self, tokens: list[Tokens], comm: Comm) -> list:
-        """Each mask's step quantile(s) over every micro-batch and rank: a 0-d tensor, a tuple of them, or None."""
-        thresholds = []
-        for mask in self.objective.masks:
-            requests = [mask.quantile_request(t) for t in tokens]
-            if not tokens or requests[0] is None:
-                thresholds.append(None)
-                continue
-            several = isinstance(requests[0], list)  # a list of requests: keep() gets a tuple of thresholds
-            found = tuple(
-                Population([(v, inc) for v, inc, _ in chunks], comm).quantile(
-                    chunks[0][2], getattr(mask, "interpolation", "linear"), self.objective.quantile_mode
-                )
-                for chunks in (zip(*requests) if several else [requests])
-            )
-            thresholds.append(found if several else found[0])
+        """Each mask's, then each shadow mask's, step threshold(s) over every micro-batch and rank: a 0-d tensor,
+        a tuple of them, or None. Counted masks last: a ``match`` reads the matched mask's threshold."""
+        slots = list(self.objective.masks) + list(self.objective.shadow_masks)
+        thresholds = [None if m.counted else self._quantiles(m, tokens, comm) for m in slots]
+        for i, (mask, j) in enumerate(zip(slots, self.inputs.plan.matches)):
+            if mask.counted:
+                matched = None if j is None else (slots[j], thresholds[j])
+                thresholds[i] = counted_threshold(mask, tokens, comm, matched)
         return thresholds
+
+    def _quantiles(self, mask, tokens: list[Tokens], comm: Comm):
+        """A mask's step quantile(s) (``quantile_request``): a 0-d tensor, a tuple of them, or None."""
+        requests = [mask.quantile_request(t) for t in tokens]
+        if not tokens or requests[0] is None:
+            return None
+        several = isinstance(requests[0], list)  # a list of requests: keep() gets a tuple of thresholds
+        found = tuple(
+            Population([(v, inc) for v, inc, _ in chunks], comm).quantile(
+                chunks[0][2], getattr(mask, "interpolation", "linear"), self.objective.quantile_mode
+            )
+            for chunks in (zip(*requests) if several else [requests])
+        )
+        return found if several else found[0]
 
     def _totals(self, tokens: list[Tokens], masked: list, comm: Comm, check: bool) -> torch.Tensor:
         """float64 ``[valid tokens, kept tokens, valid rows, kept rows, non-finite inputs]`` (then the branch

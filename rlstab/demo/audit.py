@@ -15,7 +15,12 @@ same tokens, advantages set to +1): a policy that rarely succeeds (SmolLM2-135M 
 arithmetic) gives few positive advantages, and that column shows the tokens the mask would catch
 once it does.
 
-This module computes (:func:`collect`, :func:`audit_objective`); ``rlstab.demo.audit_report``
+With ``mechanism`` (``rlstab audit --mechanism``), :func:`audit_mechanism` also measures STAPO's
+mechanism on the sample as one step (``rlstab.trainer.mechanism``): the share of the policy
+gradient, in the policy's trainable parameters, carried by the tokens each mask (and shadow mask)
+silences, and each token's logit-gradient norm binned by probability and entropy.
+
+This module computes (:func:`collect`, :func:`audit_objective`, :func:`audit_mechanism`); ``rlstab.demo.audit_report``
 lays the results out (tables, the figure), and ``rlstab audit`` (``rlstab.demo.audit_command``)
 does the file I/O.
 """
@@ -240,6 +245,8 @@ class ObjectiveAudit:
     masks: list[MaskAudit]
     metrics: dict[str, float]
     """``LossOutput.metrics`` of the compiled objective on the whole sample as one step."""
+    mechanism: dict | None = None
+    """:func:`audit_mechanism`'s result (``StepMeter.result()``), when the audit measured it."""
 
 
 def _token_counts(sample: Sample, silenced: torch.Tensor, top_k: int) -> list[TokenCount]:
@@ -282,8 +289,9 @@ def _step_silences(loss_fn: CompiledObjective, batch: TokenBatch) -> tuple[list[
     stats = loss_fn.gather([batch], distributed=False)
     metrics = dict(loss_fn(batch, step=stats).metrics)
     silences = loss_fn.mask_silences(batch, stats)
-    for label, silenced in silences.items():
-        count, reported = int(silenced.sum()), metrics[f"mask/{label}/silenced"]
+    for label, silenced in silences.items():  # acting masks by their label, shadow masks as shadow/<label>
+        metric = f"{label}/silenced" if label.startswith("shadow/") else f"mask/{label}/silenced"
+        count, reported = int(silenced.sum()), metrics[metric]
         if count != reported:  # the audit and the loss must agree on every count
             raise AssertionError(f"mask {label}: the audit counts {count} silenced tokens, the loss {reported:g}")
     return [silences[label] > 0 for label in loss_fn.mask_labels], stats, metrics
@@ -345,3 +353,46 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
         masks=masks,
         metrics=metrics,
     )
+
+
+# ----------------------------------------------------------------------------- the mechanism
+
+
+def audit_mechanism(sample: Sample, policy: Policy, objective: Objective | CompiledObjective, *,
+                    micro_batch: int = _CHUNK_ROWS) -> dict:
+    """STAPO's mechanism on ``sample`` as one step of ``objective`` (``rlstab.trainer.mechanism.StepMeter``).
+
+    The sample's responses are re-scored by ``policy`` (with gradient, ``micro_batch`` rows at a
+    time) at the parameters that sampled them, so the step is on-policy (old = current
+    log-probabilities); batches, advantages and thresholds are those of :func:`audit_objective`,
+    from a fresh compile of the objective (its components' starting state). Returns
+    ``StepMeter.result()``: ``space``, ``full_grad_norm``, ``masks`` (label -> share, cosine,
+    silenced, shadow masks as ``shadow/<label>``) and ``logit_grad`` (the p and H bins).
+    """
+    from rlstab.trainer.mechanism import StepMeter
+
+    if not sample.problems:
+        raise ValueError("the mechanism needs the sample's problems (their prompts), to score its responses again")
+    loss_fn = (objective.objective if isinstance(objective, CompiledObjective) else objective).compile()
+    obj = loss_fn.objective
+    rollout = Rollout([policy.codec.encode(sample.problems[int(g)].prompt) for g in sample.group_ids],
+                      sample.response_ids, sample.response_mask, sample.rollout_logprobs)
+    branch = torch.zeros(sample.responses, dtype=torch.bool) if obj.dual_stream is not None else None
+    norms = torch.ones(sample.responses) if "grad_sq_norms" in obj.advantage.reads else None
+
+    def batch_of(rows: list[int], logprobs: torch.Tensor, entropy: torch.Tensor) -> TokenBatch:
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        return TokenBatch(
+            logprobs=logprobs, old_logprobs=sample.logprobs[idx], response_mask=sample.response_mask[idx],
+            entropy=entropy, rollout_logprobs=None if sample.rollout_logprobs is None else sample.rollout_logprobs[idx],
+            rewards=sample.rewards[idx], group_ids=sample.group_ids[idx],
+            grad_sq_norms=None if norms is None else norms[idx], is_branch=None if branch is None else branch[idx],
+        )
+
+    parts = [list(range(i, min(i + micro_batch, sample.responses))) for i in range(0, sample.responses, micro_batch)]
+    gathered = [batch_of(rows, sample.logprobs[rows], sample.entropy[rows]) for rows in parts]
+    before = loss_fn.state_dict()
+    stats = loss_fn.gather(gathered, distributed=False)
+    meter = StepMeter(loss_fn)
+    meter.measure(policy, rollout, parts, batch_of, (sample.logprobs, sample.entropy), stats, before)
+    return meter.result()

@@ -54,6 +54,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
     p.add_argument("--threads", type=positive, default=None,
                    help="torch CPU threads (default: 1 for tiny, where more cost more than they save; all for smollm2)")
+    p.add_argument("--mechanism", action="store_true",
+                   help="also measure STAPO's mechanism on the sample as one step: the share of the policy gradient "
+                        "carried by the tokens each mask silences, and the logit-gradient norm by probability and "
+                        "entropy (a backward pass per mask; see docs/audit.md)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     p.set_defaults(func=run)
     return p
@@ -109,7 +113,8 @@ def _run(args) -> int:
     prompts = args.prompts or DEFAULT_PROMPTS[args.model]
     log(f"audit: sampling {prompts} x {args.group_size} responses ({args.model} on {task.name})")
     report = audit(policy, task, loss_fns, labels, model=args.model, prompts=prompts,
-                   group_size=args.group_size, seed=args.seed, temperature=args.temperature, top_k=args.top_k)
+                   group_size=args.group_size, seed=args.seed, temperature=args.temperature, top_k=args.top_k,
+                   mechanism=args.mechanism, log=log)
     out = Path(args.out)
     write(report, out)
     print(report["markdown"])
@@ -118,20 +123,36 @@ def _run(args) -> int:
     return 0
 
 
-def audit(policy, task, loss_fns, labels, *, model, prompts, group_size, seed, temperature, top_k) -> dict:
-    """Sample, audit every objective, and lay out the report (no file I/O)."""
-    from rlstab.demo.audit import audit_objective, collect
-    from rlstab.demo.audit_report import examples_table, markdown_table, rules, summary_line
+def audit(policy, task, loss_fns, labels, *, model, prompts, group_size, seed, temperature, top_k,
+          mechanism: bool = False, log=None) -> dict:
+    """Sample, audit every objective, and lay out the report (no file I/O); ``mechanism``: add :func:`audit_mechanism`'s."""
+    from rlstab.demo.audit import audit_mechanism, audit_objective, collect
+    from rlstab.demo.audit_report import (
+        examples_table,
+        markdown_table,
+        mechanism_section,
+        rules,
+        summary_line,
+    )
 
     sample = collect(policy, task, prompts=prompts, group_size=group_size, seed=seed, temperature=temperature,
                      model=model)
     audits = [audit_objective(sample, fn, name=label, top_k=top_k) for fn, label in zip(loss_fns, labels)]
+    if mechanism:
+        for a, fn in zip(audits, loss_fns):
+            started = time.perf_counter()
+            a.mechanism = audit_mechanism(sample, policy, fn)
+            if log is not None:
+                log(f"audit: mechanism of {a.name} in {time.perf_counter() - started:.1f} s")
     parts = [f"# Token audit: {model} on {task.name}", summary_line(sample), markdown_table(audits)]
     examples = examples_table(audits)
     if examples:
         parts.append("Silenced tokens in their responses (the first few per mask):\n\n" + examples)
     parts.append("Masks:\n\n" + "\n".join(f"- {r}" for r in rules(audits)))
     parts.append(f"![most silenced tokens per mask]({CHART_FILE})")
+    section = mechanism_section(audits)
+    if section:
+        parts.append(section)
     return {
         "sample": sample,
         "audits": audits,
@@ -171,6 +192,7 @@ def write(report: dict, out: Path) -> None:
                 "positive_tokens": a.positive_tokens,
                 "kept": a.kept,
                 "metrics": a.metrics,
+                **({} if a.mechanism is None else {"mechanism": a.mechanism}),
                 "masks": [
                     {
                         "label": m.label,

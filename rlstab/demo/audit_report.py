@@ -160,3 +160,67 @@ def figure(audits: list[ObjectiveAudit], *, top_k: int = 8, title: str = ""):
 def repr_token(text: str) -> str:
     """A token's text quoted for an axis label."""
     return f"'{text}'"
+
+
+# ----------------------------------------------------------------------------- the mechanism
+
+
+def _number(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}g}"
+
+
+def _edges(low: float, high: float | None) -> str:
+    return f"[{low:g}, {high:g})" if high is not None else f"≥ {low:g}"
+
+
+def _bins_table(measured: list[ObjectiveAudit], key: str, name: str) -> str:
+    """One row per bin: the count and mean ||e_y - p|| (the same for every objective: the sample's), then each
+    objective's mean ||dL/dz||."""
+    first = measured[0].mechanism["logit_grad"][key]
+    head = [name, "tokens", "mean ‖e_y − p‖"] + [f"{a.name}: mean ‖dL/dz‖" for a in measured]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "--:|" * (len(head) - 1)]
+    for i, b in enumerate(first):
+        norms = [_number(a.mechanism["logit_grad"][key][i]["mean_norm"]) for a in measured]
+        lines.append("| " + " | ".join([_edges(b["low"], b["high"]), f"{b['count']:,}", _number(b["mean_direction"]),
+                                        *norms]) + " |")
+    return "\n".join(lines)
+
+
+def mechanism_section(audits: list[ObjectiveAudit]) -> str:
+    """The audit's mechanism section (``rlstab audit --mechanism``): gradient shares, then the logit-gradient
+    bins and correlations; "" when no audit measured it."""
+    measured = [a for a in audits if a.mechanism is not None]
+    if not measured:
+        return ""
+    share_lines = ["| objective | mask | silenced | gradient share ‖g_S‖/‖g_full‖ | cosine(g_S, g_full) | ‖g_full‖ |",
+                   "|---|---|--:|--:|--:|--:|"]
+    for a in measured:
+        m = a.mechanism
+        if not m["masks"]:
+            share_lines.append(f"| {a.name} | (no mask) | 0 | — | — | {_number(m['full_grad_norm'])} |")
+        for label, s in m["masks"].items():
+            share_lines.append(f"| {a.name} | {label} | {s['silenced']:,} | {_number(s['share'])} | "
+                               f"{_number(s['cosine'])} | {_number(m['full_grad_norm'])} |")
+    correlation_lines = ["| objective | Spearman ‖dL/dz‖ vs p | vs H | Spearman ‖e_y − p‖ vs p | vs H |",
+                         "|---|--:|--:|--:|--:|"]
+    for a in measured:
+        r = a.mechanism["logit_grad"]["spearman"]
+        correlation_lines.append(
+            f"| {a.name} | {_number(r['norm_vs_probability'])} | {_number(r['norm_vs_entropy'])} | "
+            f"{_number(r['direction_vs_probability'])} | {_number(r['direction_vs_entropy'])} |")
+    return "\n\n".join([
+        "## Mechanism",
+        "The sample as one on-policy step of each objective, measured in the parameter space of the policy's "
+        "trainable parameters. g_full: the gradient of the objective without its masks and regularisers; g_S: the "
+        "summed contribution of the tokens a mask silences (shadow masks as `shadow/<label>`). A share above 1 means "
+        "the other tokens' contributions cancel part of the silenced ones'; — where undefined (nothing silenced, "
+        "or no gradient).",
+        "\n".join(share_lines),
+        "Logit-gradient norm of each response token by its probability p (‖e_y − p‖ of the distribution alone; "
+        "‖dL/dz‖ = |dL/dlogp| ‖e_y − p‖ with each objective's mask-free coefficient):",
+        _bins_table(measured, "probability_bins", "p"),
+        "By its entropy H (nats):",
+        _bins_table(measured, "entropy_bins", "H"),
+        "Rank correlations over every response token:",
+        "\n".join(correlation_lines),
+    ])

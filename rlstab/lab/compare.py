@@ -19,21 +19,17 @@ from pathlib import Path
 
 import rlstab
 from rlstab.errors import one_line
-from rlstab.lab.checkpoint import SUMMARY_FILE, unreadable, write_json
+from rlstab.lab.checkpoint import SUMMARY_FILE, read_rows, unreadable, write_json
+from rlstab.lab.paired import METRICS, PAIRED_METRICS, PairError, pairs, tables
 from rlstab.lab.regimes import Regime, load_regime
 from rlstab.lab.spec import RunSpec, folder_name, mismatch
-from rlstab.lab.statistics import mean_interval, paired_difference
 from rlstab.lazy import torch
 from rlstab.loading import load
 
 RESULTS_FILE = "results.json"
+STEPS_FILE = "steps.json"
 MODELS = ("tiny", "smollm2")
-METRICS = (
-    "final_accuracy", "accuracy_auc", "start_accuracy", "final_reward", "final_entropy", "min_entropy",
-    "collapsed", "mean_grad_norm", "max_grad_norm", "mean_silenced_fraction", "mean_clip_fraction",
-    "mean_ess_fraction", "min_ess_fraction", "mean_zero_variance_groups", "wall_time",
-)
-PAIRED_METRICS = ("final_accuracy", "accuracy_auc", "final_entropy", "min_entropy")
+__all__ = ["METRICS", "PAIRED_METRICS", "LabError", "Plan", "collect", "compare", "plan"]
 
 
 class LabError(ValueError):
@@ -51,11 +47,14 @@ class Plan:
     regimes: list[Regime]
     seeds: list[int]
     jobs: list[tuple[RunSpec, Path]] = field(default_factory=list)
+    pairs: dict[str, str] = field(default_factory=dict)
+    """``{objective: the baseline it is paired with}``, for every objective that has one."""
 
 
 def plan(
     objectives: Sequence[str], *, out: Path | str, baseline: str | None = None, seeds: int | Sequence[int] = 5,
     steps: int = 100, regimes: Sequence[str | Regime] = ("default",), task: str = "add2", model: str = "tiny",
+    pair: Sequence[str] = (),
 ) -> Plan:
     """Check every input and existing folder; raises ConfigError or LabError before anything runs."""
     from rlstab.command_line import objective_labels
@@ -76,6 +75,10 @@ def plan(
     baseline = baseline if baseline is not None else labels[0]
     if baseline not in labels:
         raise LabError(f"baseline {baseline!r} is not one of the objectives ({', '.join(labels)})")
+    try:
+        pairing = pairs(labels, baseline, pair)
+    except PairError as err:
+        raise LabError(str(err)) from None
     regime_list = [load_regime(r) for r in regimes]
     names = [r.name for r in regime_list]
     if len(set(names)) != len(names):
@@ -84,7 +87,7 @@ def plan(
         raise LabError(f"model {model!r}: one of {', '.join(MODELS)}")
     if model == "smollm2":
         _check_smollm2()
-    p = Plan(Path(out), labels, list(objectives), baseline, regime_list, seed_list)
+    p = Plan(Path(out), labels, list(objectives), baseline, regime_list, seed_list, pairs=pairing)
     for regime in regime_list:
         regime_task = regime.task or task
         try:
@@ -146,14 +149,16 @@ def compare(
     objectives: Sequence[str], *, out: Path | str, baseline: str | None = None, seeds: int | Sequence[int] = 5,
     steps: int = 100, regimes: Sequence[str | Regime] = ("default",), task: str = "add2", model: str = "tiny",
     workers: int | None = None, ray_address: str | None = None, cache_dir: Path | str | None = None,
-    checkpoint_every: int = 10, progress: bool = True, command: str | None = None,
+    checkpoint_every: int = 10, progress: bool = True, command: str | None = None, pair: Sequence[str] = (),
 ) -> dict:
     """Run the grid (skipping finished runs, resuming interrupted ones) and write its outputs to ``out``.
 
     Returns the content of ``results.json``. ``workers`` defaults to the machine's core count;
-    ``ray_address`` (``auto`` or ``HOST:PORT``) sends each run to a Ray cluster instead.
+    ``ray_address`` (``auto`` or ``HOST:PORT``) sends each run to a Ray cluster instead. ``pair``
+    holds ``OBJECTIVE=BASELINE`` items: that objective is paired with that baseline instead of ``baseline``.
     """
-    p = plan(objectives, out=out, baseline=baseline, seeds=seeds, steps=steps, regimes=regimes, task=task, model=model)
+    p = plan(objectives, out=out, baseline=baseline, seeds=seeds, steps=steps, regimes=regimes, task=task, model=model,
+             pair=pair)
     if checkpoint_every < 1:
         raise LabError(f"checkpoint_every = {checkpoint_every}: at least 1")
     p.out.mkdir(parents=True, exist_ok=True)
@@ -177,6 +182,7 @@ def compare(
             bar.update(f"{spec.regime.name}/{spec.label}/seed{spec.seed}")
     data = collect(p, results, command)
     write_json(p.out / RESULTS_FILE, data)
+    write_json(p.out / STEPS_FILE, steps_of(p, data))
     from rlstab.lab import report
 
     report.write(p, data)
@@ -194,26 +200,19 @@ def _keep(folder: Path, outcome: dict) -> None:
         write_json(folder / SUMMARY_FILE, outcome["summary"])
 
 
+def steps_of(p: Plan, data: dict) -> dict:
+    """``steps.json``: every run's per-step metrics rows, so that a published grid keeps its curves."""
+    return {"runs": [{k: r[k] for k in ("regime", "objective", "seed", "folder")} | {"rows": read_rows(p.out / r["folder"])}
+                     for r in data["runs"]]}
+
+
 def collect(p: Plan, results: dict[Path, dict], command: str | None) -> dict:
-    """``results.json``: the settings, every run's summary, the aggregates and the paired differences."""
+    """``results.json``: the settings, every run's summary, the aggregates and the paired differences (Holm over all)."""
     runs = []
     for spec, folder in p.jobs:
         runs.append({"regime": spec.regime.name, "objective": spec.label, "seed": spec.seed,
                      "folder": str(folder.relative_to(p.out)), "summary": results[folder]})
-    aggregates: dict = {}
-    paired: dict = {}
-    for regime in p.regimes:
-        by_label = {label: {r["seed"]: r["summary"] for r in runs if r["regime"] == regime.name and r["objective"] == label}
-                    for label in p.labels}
-        aggregates[regime.name] = {
-            label: {m: mean_interval([s.get(m) for s in by_label[label].values()]) for m in METRICS} for label in p.labels
-        }
-        base = by_label[p.baseline]
-        paired[regime.name] = {
-            label: {m: paired_difference({k: s.get(m) for k, s in by_label[label].items()}, {k: s.get(m) for k, s in base.items()})
-                    for m in PAIRED_METRICS}
-            for label in p.labels if label != p.baseline
-        }
+    aggregates, paired = tables(runs, p.labels, [r.name for r in p.regimes], p.pairs)
     first = p.jobs[0][0]
     return {
         "command": command,
@@ -222,7 +221,7 @@ def collect(p: Plan, results: dict[Path, dict], command: str | None) -> dict:
         "settings": {
             "objectives": {label: {"source": one_line(src), "fingerprint": spec.fingerprint}
                            for label, src, spec in zip(p.labels, p.sources, _first_specs(p))},
-            "baseline": p.baseline, "seeds": p.seeds, "steps": first.steps, "model": first.model,
+            "baseline": p.baseline, "pairs": p.pairs, "seeds": p.seeds, "steps": first.steps, "model": first.model,
             "regimes": {r.name: {**r.model_dump(), "task": r.task or next(s.task for s, _ in p.jobs if s.regime is r)}
                         for r in p.regimes},
         },

@@ -16,14 +16,19 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="compare objectives over seeds and stress regimes with confidence intervals (resumable)",
         description=(
             "Train every objective under every regime from every seed on the embedded trainer, then write "
-            "results.json, report.md (means and 95%% intervals over seeds, paired differences against the "
-            "baseline) and curves.png to --out, with each run's metrics.jsonl under runs/. Rerunning the same "
+            "results.json, steps.json (every run's per-step metrics), report.md (means and 95% intervals over "
+            "seeds; paired differences against each objective's baseline with raw and Holm-adjusted p-values and the "
+            "minimum detectable effect), curves.png and differences.png to --out, with each run's metrics.jsonl under runs/. Rerunning the same "
             "command skips finished runs and resumes interrupted ones from their last checkpoint."
         ),
     )
     p.add_argument("--objective", action="append", required=True, metavar="PRESET|FILE",
                    help="a preset name or an objective YAML file; repeat for each objective")
     p.add_argument("--baseline", metavar="NAME", help="the objective the others are paired against (default: the first)")
+    p.add_argument("--pair", action="append", default=[], metavar="OBJECTIVE=BASELINE",
+                   help="pair this objective with this baseline instead, e.g. the one it extends (stapo=dapo); repeatable")
+    p.add_argument("--protocol", metavar="FILE",
+                   help="a YAML file with the pairing (baseline:, pairs: {OBJECTIVE: BASELINE}); --baseline and --pair add to it")
     p.add_argument("--seeds", type=positive, default=5, help="seeds 0..N-1 per objective and regime (default 5)")
     p.add_argument("--steps", type=positive, default=100, help="RL steps per run (default 100)")
     p.add_argument("--regime", action="append", metavar="NAME|FILE",
@@ -51,13 +56,16 @@ def run(args) -> int:
         print(missing, file=sys.stderr)
         return 2
 
+    from rlstab.lab.protocol import load_protocol, merged
+
     command = "rlstab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None
     try:
+        baseline, pair = merged(load_protocol(args.protocol) if args.protocol else None, args.baseline, args.pair)
         data = compare(
-            args.objective, out=args.out, baseline=args.baseline, seeds=args.seeds, steps=args.steps,
+            args.objective, out=args.out, baseline=baseline, seeds=args.seeds, steps=args.steps,
             regimes=args.regime or ["default"], task=args.task, model=args.model, workers=args.workers,
             ray_address=args.ray_address, cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every,
-            progress=not args.quiet, command=command,
+            progress=not args.quiet, command=command, pair=pair,
         )
     except ConfigError as err:
         print(err, file=sys.stderr)
@@ -66,5 +74,6 @@ def run(args) -> int:
         print(one_line(f"rlstab compare: {err}"), file=sys.stderr)
         return 2
     out = args.out
-    print(f"{len(data['runs'])} runs; wrote {out}/results.json, {out}/report.md, {out}/curves.png")
+    written = ["results.json", "steps.json", "report.md", "curves.png"] + (["differences.png"] if data["settings"]["pairs"] else [])
+    print(f"{len(data['runs'])} runs; wrote " + ", ".join(f"{out}/{name}" for name in written))
     return 0

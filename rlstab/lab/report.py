@@ -1,10 +1,14 @@
 """``report.md`` and ``curves.png`` of a comparison, from ``results.json`` and each run's ``metrics.jsonl``.
 
 The report gives, per regime, a leaderboard (mean and 95% interval over seeds of each summary
-metric) and the paired differences against the baseline, and says in words which differences are
-distinguishable from zero and which are not. The curves show, per regime (one column each), the
-mean over seeds of held-out accuracy, the rollouts' reward, entropy, gradient norm and silenced
-tokens with a band: the 95% t interval of the mean at each step. matplotlib is imported only here.
+metric, ordered by the accuracy AUC, the primary metric) and every paired comparison of an objective
+with its baseline: the difference with its 95% interval, wins/ties/losses, the raw p of the paired
+t-test, the Holm-adjusted p over all the report's comparisons, and the minimum detectable effect at
+80% power. In words, it calls a difference distinguishable only when its Holm p is below 0.05.
+The curves show, per regime (one column each), the mean over seeds of held-out accuracy, the
+rollouts' reward, entropy, gradient norm and silenced tokens with a band: the 95% t interval of the
+mean at each step (``differences.png``, in ``rlstab.lab.difference_figure``, shows the paired
+differences). matplotlib is imported only here and there.
 """
 
 from __future__ import annotations
@@ -13,15 +17,17 @@ import math
 from pathlib import Path
 
 from rlstab.lab.checkpoint import read_rows
-from rlstab.lab.statistics import mean_interval
+from rlstab.lab.paired import PAIRED_METRICS, pairing_of
+from rlstab.lab.statistics import ALPHA, POWER, mde_factor, mean_interval
 from rlstab.lab.summary import COLLAPSE_RATIO, TAIL
 
 REPORT_FILE = "report.md"
 CURVES_FILE = "curves.png"
 
 _LEADERBOARD = (
-    ("final acc", "final_accuracy", 3, 1.0),
     ("acc AUC", "accuracy_auc", 3, 1.0),
+    ("final acc", "final_accuracy", 3, 1.0),
+    ("entropy ratio", "entropy_ratio", 3, 1.0),
     ("final entropy", "final_entropy", 3, 1.0),
     ("min entropy", "min_entropy", 3, 1.0),
     ("grad norm", "mean_grad_norm", 3, 1.0),
@@ -30,7 +36,10 @@ _LEADERBOARD = (
     ("ESS/N", "mean_ess_fraction", 3, 1.0),
     ("wall s", "wall_time", 0, 1.0),
 )
-_PAIRED = (("final acc", "final_accuracy"), ("acc AUC", "accuracy_auc"), ("final entropy", "final_entropy"))
+_COLLAPSED_AFTER = "entropy_ratio"  # the collapse count sits beside the ratio it thresholds
+NAMES = {"accuracy_auc": "acc AUC", "final_accuracy": "final acc", "entropy_ratio": "entropy ratio",
+         "final_entropy": "final entropy", "final_pass_at_k": "final pass@k",
+         "final_distinct_correct": "final distinct right answers"}
 
 
 def _num(x, digits: int, scale: float = 1.0) -> str:
@@ -56,20 +65,44 @@ def _signed(stat: dict) -> str:
     return f"{stat['mean']:+.3f} [{stat['low']:+.3f}, {stat['high']:+.3f}]"
 
 
+def p_value(p: float | None) -> str:
+    """``0.0253``, ``<0.0001``, or ``–``."""
+    if p is None or math.isnan(p):
+        return "–"
+    return "<0.0001" if p < 0.0001 else f"{p:.4f}"
+
+
+def _collapsed(stat: dict) -> str:
+    return "–" if stat["mean"] is None else f"{round(stat['mean'] * stat['n'])}/{stat['n']}"
+
+
 def markdown(data: dict) -> str:
     s = data["settings"]
     n = len(s["seeds"])
+    pairing = pairing_of(data)
+    own = {k: v for k, v in pairing.items() if v != s["baseline"]}
+    count = sum(d.get("p") is not None for regime in data["paired"].values() for m in regime.values() for d in m.values())
     lines = [
         "# rlstab compare report",
         "",
         f"- command: `{data['command'] or '(from Python)'}`",
         f"- {len(s['objectives'])} objectives x {n} seeds ({', '.join(map(str, s['seeds']))}) x {len(s['regimes'])} "
-        f"regimes, {s['steps']} RL steps each, model {s['model']}; baseline {s['baseline']}",
+        f"regimes, {s['steps']} RL steps each, model {s['model']}; baseline {s['baseline']}"
+        + ("; paired instead: " + ", ".join(f"{k} with {v}" for k, v in own.items()) if own else ""),
         "- software: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
         "- objectives: " + ", ".join(f"{k} ({v['source']}, {v['fingerprint'][:12]})" for k, v in s["objectives"].items()),
+    ]
+    if data.get("restated"):
+        lines.append(f"- statistics: {data['restated']}")
+    lines += [
         "",
         f"Intervals are 95% Student-t intervals over the {n} seeds (the mean's, not the runs' spread). "
-        "Paired differences pair each objective's run with the baseline's of the same seed.",
+        "Paired differences pair each objective's run with its baseline's of the same seed. "
+        f"p is the two-sided paired t-test's; Holm p is Holm's step-down adjustment over all {count} paired "
+        "comparisons of this report; a difference is called distinguishable only when its Holm p is below "
+        f"{ALPHA:g}. MDE is the smallest true difference the paired t-test would detect with {POWER:.0%} power at "
+        f"two-sided alpha {ALPHA:g} with these seeds: (t(0.975, n-1) + t(0.80, n-1)) x sd / sqrt(n), sd the paired "
+        "differences' standard deviation" + (f" ({mde_factor(n):.3f} x sd at n = {n})." if n >= 2 else "."),
     ]
     for regime, settings in s["regimes"].items():
         lines += ["", f"## Regime `{regime}`", ""]
@@ -77,62 +110,74 @@ def markdown(data: dict) -> str:
             lines += [settings["description"].strip(), ""]
         knobs = {k: v for k, v in settings.items() if k not in ("name", "description")}
         lines += ["Settings: " + ", ".join(f"{k} {v}" for k, v in knobs.items() if v is not None), ""]
-        agg = data["aggregates"][regime]
-        order = sorted(agg, key=lambda label: -(agg[label]["final_accuracy"]["mean"] or -1))
-        lines += [
-            "| objective | " + " | ".join(h for h, *_ in _LEADERBOARD) + " | collapsed |",
-            "|---|" + "---:|" * (len(_LEADERBOARD) + 1),
-        ]
-        for label in order:
-            cells = [interval(agg[label][key], d, scale) for _, key, d, scale in _LEADERBOARD]
-            collapsed = agg[label]["collapsed"]
-            count = "–" if collapsed["mean"] is None else f"{round(collapsed['mean'] * collapsed['n'])}/{collapsed['n']}"
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {count} |")
-        lines += _paired_section(data["paired"][regime], s["baseline"], n)
+        lines += _leaderboard(data["aggregates"][regime])
+        lines += _paired_section(data["paired"][regime], pairing, n)
     lines += ["", "## Definitions", "", *_definitions(), ""]
     return "\n".join(lines)
 
 
-def _paired_section(paired: dict, baseline: str, n: int) -> list[str]:
+def _leaderboard(agg: dict) -> list[str]:
+    headers = []
+    for h, key, *_ in _LEADERBOARD:
+        headers.append(h)
+        if key == _COLLAPSED_AFTER:
+            headers.append(f"collapsed (ratio < {COLLAPSE_RATIO:g})")
+    lines = ["| objective | " + " | ".join(headers) + " |", "|---|" + "---:|" * len(headers)]
+    order = sorted(agg, key=lambda label: -(agg[label]["accuracy_auc"]["mean"] or -1))
+    for label in order:
+        cells = []
+        for _, key, digits, scale in _LEADERBOARD:
+            cells.append(interval(agg[label][key], digits, scale) if key in agg[label] else "–")
+            if key == _COLLAPSED_AFTER:
+                cells.append(_collapsed(agg[label]["collapsed"]))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _paired_section(paired: dict, pairing: dict, n: int) -> list[str]:
     if not paired:
         return []
     lines = [
         "",
-        f"Against {baseline}, paired by seed (difference: objective minus baseline; wins/ties/losses over seeds):",
+        "Paired by seed (difference: objective minus its baseline; wins/ties/losses over seeds):",
         "",
-        "| objective | " + " | ".join(f"Δ {h}" for h, _ in _PAIRED) + " | final acc W/T/L |",
-        "|---|" + "---:|" * (len(_PAIRED) + 1),
+        "| objective | baseline | metric | difference [95% interval] | W/T/L | p | Holm p | MDE |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
-    found, none = [], []
+    found, raw_only, none = [], [], []
     for label, metrics in paired.items():
-        acc = metrics["final_accuracy"]
-        lines.append(f"| {label} | " + " | ".join(_signed(metrics[k]) for _, k in _PAIRED)
-                     + f" | {acc['wins']}/{acc['ties']}/{acc['losses']} |")
-        for h, k in _PAIRED:
-            d = metrics[k]
+        for key in PAIRED_METRICS:
+            d = metrics.get(key)
+            if d is None:
+                continue
+            mde = "–" if d.get("mde") is None else f"{d['mde']:.3f}"
+            lines.append(f"| {label} | {pairing.get(label, '–')} | {NAMES[key]} | {_signed(d)} | "
+                         f"{d['wins']}/{d['ties']}/{d['losses']} | {p_value(d.get('p'))} | {p_value(d.get('p_holm'))} | {mde} |")
+            what = f"{label}'s {NAMES[key]} ({_signed(d)}, Holm p {p_value(d.get('p_holm'))})"
             if d["distinguishable"]:
-                found.append(f"{label}'s {h} ({_signed(d)})")
+                found.append(what)
+            elif d.get("p") is not None and d["p"] < ALPHA:
+                raw_only.append(f"{label}'s {NAMES[key]} (p {p_value(d['p'])}, Holm p {p_value(d['p_holm'])})")
             elif d["distinguishable"] is False:
-                none.append(f"{label} {h}")
+                none.append(f"{label} {NAMES[key]}")
     lines.append("")
     if n < 2:
         lines.append("One seed: no interval, so no difference can be told from noise.")
-    elif found:
-        lines.append("Distinguishable from zero (95% interval excludes 0): " + "; ".join(found) + ". "
-                     f"With {len(paired) * len(_PAIRED)} comparisons here, about {len(paired) * len(_PAIRED) / 20:.1f} "
-                     "would be expected by chance alone if no objective differed.")
-        lines.append("Not distinguishable from zero: " + (", ".join(none) if none else "none") + ".")
-    else:
-        lines.append(f"No difference from {baseline} is distinguishable from zero at this number of seeds.")
+        return lines
+    lines.append("Distinguishable after Holm's correction: " + ("; ".join(found) if found else "none") + ".")
+    if raw_only:
+        lines.append(f"Below {ALPHA:g} before the correction only, so not distinguishable: " + "; ".join(raw_only) + ".")
+    lines.append("Not distinguishable, p at or above " + f"{ALPHA:g}: " + (", ".join(none) if none else "none") + ".")
     return lines
 
 
 def _definitions() -> list[str]:
     return [
-        "- final acc: held-out accuracy (greedy exact match) after the last step; acc AUC: area under the "
-        "held-out accuracy curve divided by the steps (mean accuracy over training).",
+        "- acc AUC (the primary metric): area under the held-out accuracy curve divided by the steps (mean accuracy "
+        "over training); final acc: held-out accuracy (greedy exact match) after the last step, a single evaluation.",
         f"- final entropy: mean token entropy of the rollouts over the last {TAIL:.0%} of steps; min entropy: the "
-        f"lowest step's; collapsed: runs whose final entropy fell below {COLLAPSE_RATIO:g} x the first step's.",
+        f"lowest step's; entropy ratio: final entropy / step 1's; collapsed: runs whose entropy ratio is below "
+        f"{COLLAPSE_RATIO:g} (a threshold: read the ratio and its interval first).",
         "- grad norm: mean gradient norm before clipping; silenced %: valid tokens removed by the objective's masks; "
         "clipped %: valid tokens whose gradient the clip removed (high + low + dual); ESS/N: effective sample size of "
         "the rollouts' sequence importance weights pi_old/pi_rollout over the batch (1 on-policy); wall s: seconds "
@@ -141,8 +186,11 @@ def _definitions() -> list[str]:
 
 
 def write(plan, data: dict) -> None:
+    from rlstab.lab.difference_figure import DIFFERENCES_FILE, write_differences
+
     (plan.out / REPORT_FILE).write_text(markdown(data))
     write_curves(plan, data, plan.out / CURVES_FILE)
+    write_differences(plan.out, data, plan.out / DIFFERENCES_FILE)
 
 
 _PANELS = (

@@ -8,11 +8,17 @@ Definitions (the report repeats them):
   steps, step 0 included) divided by the number of steps: the mean accuracy over training, in [0, 1];
 - ``final_entropy``: mean token entropy of the rollouts over the last ``TAIL`` of the steps (at
   least one); ``start_entropy``: of step 1's rollouts; ``min_entropy``: the lowest step's;
-- ``collapsed``: 1 when ``final_entropy < COLLAPSE_RATIO * start_entropy`` (the policy lost more
-  than half its entropy), else 0;
+- ``entropy_ratio``: ``final_entropy / start_entropy``, the share of step 1's entropy left at the end
+  (derived by ``value`` for summaries written before it was stored);
+- ``collapsed``: 1 when ``entropy_ratio < COLLAPSE_RATIO`` (the policy lost more than half its
+  entropy), else 0: a threshold on the ratio, so a run at 0.501 and one at 0.499 differ by a whole
+  count; the report gives the ratio with its interval and the count only beside it;
 - ``mean_*``: means over all RL steps (fractions of valid tokens for silenced and clipped; ESS /
   N of the rollouts' sequence importance weights, 1.0 on-policy; the share of prompt groups whose
   G rewards are all equal, which carry no GRPO signal, None in runs recorded before it was);
+- ``start_pass_at_k``, ``final_pass_at_k``, ``start_distinct_correct``, ``final_distinct_correct``
+  (runs with ``pass_k > 0`` only): held-out pass@k and the distinct right answers per prompt
+  (``rlstab.trainer.passk``) at step 0 and at the last evaluation;
 - ``wall_time``: seconds of the RL steps and evaluations (measured, so never identical across runs);
 - ``layers`` (an objective with a ``sampler:`` or ``rollout:`` only): the mean over the steps of each
   of their metrics (Goldilocks' ``sampler/teacher_mse``, DEEP-GRPO's ``rollout/branch_success``, ...).
@@ -62,6 +68,7 @@ def run_summary(rows: Sequence[dict]) -> dict:
         "start_entropy": start_entropy,
         "final_entropy": final_entropy,
         "min_entropy": min((r["entropy"] for r in steps), default=None),
+        "entropy_ratio": _ratio(final_entropy, start_entropy),
         "collapsed": None if final_entropy is None else float(final_entropy < COLLAPSE_RATIO * start_entropy),
         "mean_grad_norm": _mean([r["grad_norm"] for r in steps]),
         "max_grad_norm": max((r["grad_norm"] for r in steps), default=None),
@@ -71,8 +78,32 @@ def run_summary(rows: Sequence[dict]) -> dict:
         "min_ess_fraction": min((r["ess_fraction"] for r in steps if r.get("ess_fraction") is not None), default=None),
         "mean_zero_variance_groups": _mean([r.get("zero_variance_groups") for r in steps]),
         "wall_time": sum(r.get("time", 0.0) for r in steps),
+        **_pass_at_k(rows),
         **_layer_means(steps),
     }
+
+
+def _pass_at_k(rows: Sequence[dict]) -> dict:
+    """Start and final pass@k and distinct right answers, for a run that measured them (else nothing)."""
+    measured = [r["pass_at_k"] for r in rows if r.get("pass_at_k") is not None]
+    if not measured:
+        return {}
+    first, last = measured[0], measured[-1]
+    return {
+        "start_pass_at_k": first["pass_at_k"], "final_pass_at_k": last["pass_at_k"],
+        "start_distinct_correct": first["distinct_correct"], "final_distinct_correct": last["distinct_correct"],
+    }
+
+
+def _ratio(final: float | None, start: float | None) -> float | None:
+    return None if final is None or not start else final / start
+
+
+def value(summary: dict, metric: str) -> float | None:
+    """``summary[metric]``, or for ``entropy_ratio`` in a summary stored before it existed, ``final_entropy / start_entropy``."""
+    if metric == "entropy_ratio" and metric not in summary:
+        return _ratio(summary.get("final_entropy"), summary.get("start_entropy"))
+    return summary.get(metric)
 
 
 def _layer_means(steps: Sequence[dict]) -> dict:

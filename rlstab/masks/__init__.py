@@ -4,10 +4,11 @@ from rlstab.masks.base import Mask
 from rlstab.masks.entropy_quantile import EntropyQuantile
 from rlstab.masks.expression import Expression
 from rlstab.masks.lopti import Lopti, lopti_phases
+from rlstab.masks.random_silence import RandomSilence
 from rlstab.masks.rollout import IcePop, RolloutRejection, RolloutVeto
 from rlstab.masks.s2t import S2T, LowProbability
 
 __all__ = [
-    "EntropyQuantile", "Expression", "IcePop", "LowProbability", "Lopti", "Mask", "RolloutRejection",
+    "EntropyQuantile", "Expression", "IcePop", "LowProbability", "Lopti", "Mask", "RandomSilence", "RolloutRejection",
     "RolloutVeto", "S2T", "lopti_phases",
 ]

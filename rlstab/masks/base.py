@@ -4,6 +4,10 @@ A mask returns a float ``keep`` tensor, 1.0 where the token trains and 0.0 where
 Masks of an objective are AND-ed (multiplied). A mask whose rule depends on the whole step (an
 entropy quantile) names a *population* of values; the compiled objective takes the quantile over
 the whole step (every micro-batch, every rank) and hands the frozen threshold back to ``keep``.
+
+A *counted* mask (``counted = True``: ``random_silence``) silences a number of tokens fixed over the
+step instead: it provides ``candidates(t)``, ``keys(t)`` and ``target(n, matched)``, and the step
+hands ``keep`` the tuple ``(target, candidates, cut)`` (see ``rlstab.compiler.counted``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ class Mask(Component):
     """Base class of token masks (``masks:`` in an objective)."""
 
     threshold_name: ClassVar[str] = "threshold"
+    counted: ClassVar[bool] = False
+    """Whether the step phase finds this mask's threshold as an order statistic of ``keys`` (see above)."""
 
     def quantile_request(self, t: Tokens) -> tuple[torch.Tensor, torch.Tensor, float] | None:
         """``(values, include, q)``: the step population whose q-quantile this mask needs, or None."""

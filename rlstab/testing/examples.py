@@ -45,6 +45,7 @@ def builtin_components() -> list:
     from rlstab.masks.entropy_quantile import EntropyQuantile
     from rlstab.masks.expression import Expression
     from rlstab.masks.lopti import Lopti
+    from rlstab.masks.random_silence import RandomSilence
     from rlstab.masks.rollout import IcePop, RolloutRejection, RolloutVeto
     from rlstab.masks.s2t import S2T, LowProbability
     from rlstab.regularisers.entropy_bonus import EntropyBonus
@@ -64,7 +65,7 @@ def builtin_components() -> list:
         S2T(), LowProbability(), EntropyQuantile(), EntropyQuantile(rho=0.5, side="bottom"),
         Expression(silence="advantage > 0 and probability < 0.002 and entropy < quantile(entropy, 0.8)"),
         IcePop(), RolloutRejection(high=2.0), RolloutRejection(level="sequence_max", divergence="k2", high=0.5, rejected="masked"),
-        RolloutVeto(threshold=0.05), Lopti(), Lopti(phase="high"),
+        RolloutVeto(threshold=0.05), Lopti(), Lopti(phase="high"), RandomSilence(fraction=0.3),
         # reweighters
         LowProbabilityReweight(), TruncatedIS(), TruncatedIS(level="sequence", cap=1.5),
         STARE(variant="C2", adaptive=True, alpha=0.05, target_entropy=1.0),

@@ -11,7 +11,7 @@ Imports pydantic only: ``rlstab``'s parser reads the defaults without loading to
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class TrainerSettings(BaseModel):
@@ -40,7 +40,26 @@ class TrainerSettings(BaseModel):
     eval_size: int = Field(256, ge=1, le=4096)
     """Held-out problems for accuracy."""
     warmup_steps: int | None = Field(None, ge=0, le=100_000)
-    """Supervised warm-start steps of the tiny model (None: the task's default)."""
+    """Supervised warm-start steps of the tiny model (None: the task's default); with ``warm_start_band``, the most."""
+    warm_start_band: tuple[float, float] | None = None
+    """``(low, high)``: warm-start each seed until its held-out accuracy lies in this band
+    (``rlstab.trainer.calibration``'s band rule); None: a fixed number of steps."""
+    pass_k: int = Field(0, ge=0, le=1024)
+    """Held-out pass@k besides greedy accuracy at every evaluation (``rlstab.trainer.passk``); 0: off."""
+    pass_samples: int = Field(16, ge=1, le=1024)
+    """Samples per held-out problem for pass@k (``n`` of the estimator; at least ``pass_k``)."""
+    instruments: bool = False
+    """Measure each step's mechanism (``rlstab.trainer.mechanism``: gradient shares of the masks, logit-gradient
+    norms against p and H) into its row's ``mechanism`` field, without changing training; off by default."""
+
+    @model_validator(mode="after")
+    def _pass_and_band(self):
+        if self.pass_k > self.pass_samples:
+            raise ValueError(f"pass_k ({self.pass_k}) needs at least as many pass_samples ({self.pass_samples})")
+        band = self.warm_start_band
+        if band is not None and not 0.0 <= band[0] <= band[1] <= 1.0:
+            raise ValueError(f"warm_start_band is (low, high) with 0 <= low <= high <= 1, not {list(band)}")
+        return self
 
 
 class TrainConfig(TrainerSettings):

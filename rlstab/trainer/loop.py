@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective
     from rlstab.exploration.deep_grpo import PivotExplorer
     from rlstab.trainer.config import TrainConfig
+    from rlstab.trainer.mechanism import StepMeter
 
 
 def combine_updates(updates: Sequence[tuple[dict[str, float], dict[str, Combines]]]) -> dict[str, float]:
@@ -117,6 +118,7 @@ def update(
     current: tuple[torch.Tensor, torch.Tensor],
     config: TrainConfig,
     is_branch: torch.Tensor | None = None,
+    meter: StepMeter | None = None,
 ) -> tuple[tuple[dict[str, float], dict[str, Combines]], float]:
     """One optimizer step on ``rollout`` through the step API; returns ((loss metrics, their kinds), grad norm).
 
@@ -126,6 +128,8 @@ def update(
     ``is_branch`` marks DEEP-GRPO's branch rows (given when the objective has ``dual_stream``).
     When the objective's advantage reads ``grad_sq_norms`` (VCPO's baseline), each response is
     backpropagated on its own first, at the current policy (:func:`score_grad_sq_norms`).
+    ``meter`` (``TrainConfig.instruments``) measures the update's mechanism after ``gather``, at the
+    parameters the update's gradient is taken at, touching nothing the update reads.
     """
     params = policy.trainable_parameters()
     current_logprobs, current_entropy = current
@@ -148,7 +152,10 @@ def update(
             is_branch=None if is_branch is None else is_branch[idx],
         )
 
+    state_before = loss_fn.state_dict() if meter is not None else None
     stats = loss_fn.gather([batch(rows, current_logprobs[rows], current_entropy[rows]) for rows in parts])
+    if meter is not None:
+        meter.measure(policy, rollout, parts, batch, current, stats, state_before)
     optimizer.zero_grad(set_to_none=True)
     metrics = []
     for rows in parts:
@@ -236,6 +243,11 @@ def rl_step(
     is_branch = torch.arange(len(rewards)) >= n * G
     old_logprobs, old_entropy = _token_stats_no_grad(policy, rollout, config.micro_batch_size)
 
+    meter = None
+    if config.instruments:
+        from rlstab.trainer.mechanism import StepMeter
+
+        meter = StepMeter(loss_fn)
     updates, grad_norms = [], []
     groups_per_update = math.ceil(n / config.updates_per_step)
     for k, groups in enumerate(chunks(range(n), groups_per_update)):
@@ -244,7 +256,7 @@ def rl_step(
         idx = torch.as_tensor(rows, dtype=torch.long)
         current = (old_logprobs[idx], old_entropy[idx]) if k == 0 else _token_stats_no_grad(policy, sub, config.micro_batch_size)
         metrics, grad_norm = update(policy, optimizer, loss_fn, sub, rewards[idx], group_ids[idx], old_logprobs[idx],
-                                    current, config, is_branch[idx] if loss_fn.objective.dual_stream else None)
+                                    current, config, is_branch[idx] if loss_fn.objective.dual_stream else None, meter)
         updates.append(metrics)
         grad_norms.append(grad_norm)
 
@@ -252,6 +264,7 @@ def rl_step(
     lengths = mask.sum(-1).float()
     root_old = old_logprobs[: n * G, : mask.shape[1]]
     by_prompt = root_rewards.reshape(n, G)
+    mechanism = {} if meter is None else {"mechanism": meter.result()}
     return {
         "ess_fraction": rollout_ess_fraction(root_old, roots, mask),
         "prompt_rates": by_prompt.mean(-1).tolist(),
@@ -262,6 +275,7 @@ def rl_step(
         "response_length": lengths.mean().item(),
         "grad_norm": max(grad_norms),
         "loss_metrics": combine_updates(updates),
+        **mechanism,
     }
 
 

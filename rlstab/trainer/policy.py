@@ -82,6 +82,11 @@ class Policy(Protocol):
         """
         ...
 
+    def token_distribution(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``token_stats`` and, third, ``sum_j p_j^2`` of each position's next-token distribution (``[N, T]``,
+        detached): what the mechanism instruments need for ``||e_y - p||`` (``rlstab.trainer.mechanism``)."""
+        ...
+
 
 def sampled_logprob(logits: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     """``[N]`` log-probability of ``token`` under ``logits`` at temperature 1 (what vLLM reports by default)."""

@@ -32,6 +32,8 @@ def step_row(objective: str, step: int, metrics: dict, accuracy: float | None, m
     }
     if metrics["layers"]:
         row["layers"] = metrics["layers"]
+    if "mechanism" in metrics:  # TrainConfig.instruments
+        row["mechanism"] = metrics["mechanism"]
     return row
 
 

@@ -31,6 +31,7 @@ from rlstab.trainer.config import TrainConfig
 from rlstab.trainer.layers import TrainerLayers
 from rlstab.trainer.loop import add_sampler_metrics, evaluate, rl_step
 from rlstab.trainer.models import load_policy
+from rlstab.trainer.passk import measure, sample_seed
 from rlstab.trainer.rows import start_row, step_row
 from rlstab.trainer.tasks import Task, get_task, held_out_problems
 
@@ -91,7 +92,8 @@ class Run:
         self.task = get_task(task) if isinstance(task, str) else task
         if policy is None:
             policy = load_policy(model, self.task, seed=config.seed, cache_dir=cache_dir, progress=progress,
-                                 warm_start_steps=config.warmup_steps)
+                                 warm_start_steps=config.warmup_steps, warm_start_band=config.warm_start_band,
+                                 eval_size=config.eval_size)
         self.policy = policy
         self.loss_fn = objective.compile() if isinstance(objective, Objective) else objective
         self.label = label or self.loss_fn.objective.name or "custom"
@@ -113,11 +115,24 @@ class Run:
 
     def start(self) -> dict:
         """Step 0's row: the starting policy's held-out accuracy (nothing is trained)."""
-        return start_row(self.label, self.accuracy())
+        return self._with_pass_at_k(start_row(self.label, self.accuracy()), 0)
 
     def accuracy(self) -> float:
         """Greedy exact-match accuracy on the held-out problems."""
         return evaluate(self.policy, self.task, self.eval_problems)
+
+    def pass_at_k(self, step: int) -> dict[str, float]:
+        """Held-out pass@k and distinct right answers per prompt (``rlstab.trainer.passk``) at ``step``, from
+        ``pass_samples`` samples per problem at the run's temperature, by a generator of their own."""
+        generator = torch.Generator().manual_seed(sample_seed(self.config.seed, step))
+        return measure(self.policy, self.task, self.eval_problems, k=self.config.pass_k, n=self.config.pass_samples,
+                       temperature=self.config.temperature, generator=generator)
+
+    def _with_pass_at_k(self, row: dict, step: int) -> dict:
+        """``row`` with ``pass_at_k`` added when the config asks for it (``pass_k > 0``), else ``row`` as it is."""
+        if self.config.pass_k:
+            row["pass_at_k"] = self.pass_at_k(step)
+        return row
 
     def step(self) -> StepOutcome:
         """Sample, score and train one RL step; held-out accuracy every ``eval_every`` steps and at the last."""
@@ -134,6 +149,8 @@ class Run:
         evaluate_now = step % self.config.eval_every == 0 or step == self.config.steps
         accuracy = self.accuracy() if evaluate_now else None
         row = step_row(self.label, step, metrics, accuracy, self.loss_fn.mask_labels)
+        if evaluate_now:
+            row = self._with_pass_at_k(row, step)
         if self.sampler is not None:
             self.snapshots.append(_weights(self.policy))
         self.steps_done = step

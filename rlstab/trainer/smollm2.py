@@ -260,6 +260,13 @@ class SmolLM2Policy:
         )
 
     def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        logprobs, entropy, _ = self._distribution(rollout, sum_squares=False)
+        return logprobs, entropy
+
+    def token_distribution(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self._distribution(rollout, sum_squares=True)
+
+    def _distribution(self, rollout: Rollout, sum_squares: bool):
         response = rollout.response_ids
         N, T = response.shape
         last, cache, keys, position = self._prefill(rollout.prompt_ids, logits=False)
@@ -272,11 +279,14 @@ class SmolLM2Policy:
             )
             hidden.append(out.last_hidden_state)
         hidden = torch.cat(hidden, dim=1)  # [N, T, D]: the state that predicts each response token
-        logprobs, entropy = [], []
+        logprobs, entropy, squares = [], [], []
         for rows in range(0, N, _STATS_CHUNK_ROWS):
             h = hidden[rows : rows + _STATS_CHUNK_ROWS]
             logp = torch.log_softmax(self.model.lm_head(h).float(), dim=-1)
             logprobs.append(logp.gather(-1, response[rows : rows + _STATS_CHUNK_ROWS, :, None]).squeeze(-1))
             with torch.no_grad():
-                entropy.append((logp.exp() * logp).sum(-1).neg_().clamp_(min=0.0))
-        return torch.cat(logprobs), torch.cat(entropy)
+                p = logp.exp()
+                entropy.append((p * logp).sum(-1).neg_().clamp_(min=0.0))
+                if sum_squares:
+                    squares.append((p * p).sum(-1))
+        return torch.cat(logprobs), torch.cat(entropy), torch.cat(squares) if sum_squares else None

@@ -13,6 +13,8 @@ to go wrong), ``mul2`` multiplies two 2-digit numbers through two partial produc
 (``"47*38="`` -> ``"47*8=376,47*30=1410:1786"``), which a 1M-parameter model finds much harder.
 ``add1`` is single-digit addition answered directly (``"7+8="`` -> ``"15"``): the task a small
 pretrained LM (``--model smollm2``) partly solves from a few examples, where it fails at ``add2``.
+``perm3`` has many right answers: ``"471="`` -> any ordering of the digits 4, 7 and 1 (``"147"``,
+``"714"``, ...), the task where a policy's entropy is worth something (``rlstab.trainer.passk``).
 
 Held-out problems are a fixed tenth of each task's problem space (by a stable hash of the
 prompt), so the held-out accuracy measures problems that neither the warm start nor RL trained on.
@@ -20,6 +22,7 @@ prompt), so the held-out accuracy measures problems that neither the warm start 
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from dataclasses import dataclass
 from typing import Protocol
@@ -191,7 +194,50 @@ class DirectAddition:
         return problem.answer
 
 
-TASKS: dict[str, Task] = {t.name: t for t in (Addition(2), Addition(3), Multiplication(), DirectAddition())}
+@dataclass(frozen=True)
+class Permutation:
+    """Any ordering of a 3-digit number's digits: ``"471="`` -> ``"147"``, ``"714"``, ``"471"``, ...
+
+    A task with several right answers, where low entropy is not convergence but lost diversity: a
+    prompt of three distinct digits has 3! = 6 right answers, one with a repeated digit 3, one of
+    one digit thrice 1. A policy that collapses onto one ordering per prompt keeps its greedy
+    accuracy and loses what pass@k over samples and the distinct right answers per prompt measure
+    (``rlstab.trainer.passk``). The reward is 1.0 when the whole response (surrounding whitespace
+    ignored) is the prompt's three digits in any order, else 0.0; ``Problem.answer`` holds the
+    prompt's digits sorted (one right answer, for the record). Problems are the numbers 100-999
+    (900 prompts, 90-odd held out). The warm start's demonstrations are drawn uniformly over the
+    orderings each time a problem is drawn (:meth:`random_demonstration`), so the warm-started
+    policy has entropy to lose.
+    """
+
+    name: str = "perm3"
+    description: str = "any ordering of a 3-digit number's digits"
+    max_new_tokens: int = 5  # 3 digits, EOS, and one more
+
+    def problems(self, n: int, generator: torch.Generator) -> list[Problem]:
+        numbers = torch.randint(100, 1000, (n,), generator=generator).tolist()
+        return [Problem(f"{x}=", "".join(sorted(str(x)))) for x in numbers]
+
+    def reward(self, problem: Problem, response_text: str) -> float:
+        return float("".join(sorted(response_text.strip())) == problem.answer)
+
+    def answers(self, problem: Problem) -> frozenset[str]:
+        """Every right answer to ``problem``: the distinct orderings of its digits."""
+        return frozenset("".join(p) for p in itertools.permutations(problem.answer))
+
+    def demonstration(self, problem: Problem) -> str:
+        """The digits in the prompt's order (one right answer; the warm start draws :meth:`random_demonstration`)."""
+        return problem.prompt.rstrip("=")
+
+    def random_demonstration(self, problem: Problem, generator: torch.Generator) -> str:
+        """One of the distinct orderings, uniformly (each with probability 1 / their number), drawn from ``generator``."""
+        ordered = sorted(self.answers(problem))
+        return ordered[int(torch.randint(len(ordered), (1,), generator=generator))]
+
+
+TASKS: dict[str, Task] = {
+    t.name: t for t in (Addition(2), Addition(3), Multiplication(), DirectAddition(), Permutation())
+}
 
 
 def task_names() -> tuple[str, ...]:
@@ -199,7 +245,7 @@ def task_names() -> tuple[str, ...]:
 
 
 def get_task(name: str) -> Task:
-    """The task called ``name`` (``add2``, ``add3``, ``mul2``, ``add1``)."""
+    """The task called ``name`` (``add2``, ``add3``, ``mul2``, ``add1``, ``perm3``)."""
     try:
         return TASKS[name]
     except KeyError:

@@ -184,6 +184,13 @@ class TinyPolicy:
         )
 
     def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        logprobs, entropy, _ = self._distribution(rollout, sum_squares=False)
+        return logprobs, entropy
+
+    def token_distribution(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self._distribution(rollout, sum_squares=True)
+
+    def _distribution(self, rollout: Rollout, sum_squares: bool):
         prompt, real = _left_pad(rollout.prompt_ids, self.codec.pad_id)
         response = rollout.response_ids
         seq = torch.cat([prompt, response], dim=1)
@@ -196,5 +203,7 @@ class TinyPolicy:
         logp = torch.log_softmax(logits[:, width - 1 : width + T - 1].float(), dim=-1)
         logprobs = logp.gather(-1, response[..., None]).squeeze(-1)
         with torch.no_grad():
-            entropy = -(logp.exp() * logp).sum(-1)
-        return logprobs, entropy
+            p = logp.exp()
+            entropy = -(p * logp).sum(-1)
+            squares = (p * p).sum(-1) if sum_squares else None
+        return logprobs, entropy, squares

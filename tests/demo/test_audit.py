@@ -227,3 +227,11 @@ def test_a_trainers_own_rollout_can_be_audited(sample):
     a = audit_objective(sample, rlstab.load("stapo"))
     b = audit_objective(again, rlstab.load("stapo"))
     assert a.metrics == b.metrics and a.masks[0].top == b.masks[0].top
+
+
+def test_an_objective_with_a_shadow_mask_is_audited_by_its_acting_masks(sample):
+    """A shadow mask's count is checked against its own metric (``shadow/<label>/silenced``), and the audit's rows
+    are the acting masks': dapo with a shadow S2T has none, the S2T objective itself one."""
+    shadow = audit_objective(sample, rlstab.load({"extends": "dapo", "shadow_masks": [{"kind": "s2t", "tau_p": 0.5}]}))
+    acting = audit_objective(sample, rlstab.load(LOOSE_S2T))
+    assert shadow.masks == [] and shadow.metrics["shadow/s2t/silenced"] == acting.masks[0].silenced

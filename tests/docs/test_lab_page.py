@@ -28,7 +28,7 @@ BLOCKS = re.findall(r"```(\w+)\n(.*?)```", PAGE, flags=re.S)
 def test_the_regime_blocks_are_the_shipped_files_in_order():
     section = PAGE.split("## Regimes")[1].split("\n## ")[0]
     blocks = re.findall(r"`([\w-]+)`: [^\n]*\n\n```yaml\n(.*?)```", section, flags=re.S)
-    assert [name for name, _ in blocks] == sorted(regime_names(), key=["default", "entropy-collapse", "policy-lag", "sparse", "small-lm"].index)
+    assert [name for name, _ in blocks] == sorted(regime_names(), key=["default", "entropy-collapse", "policy-lag", "sparse", "small-lm", "collapse"].index)
     for name, text in blocks:
         assert text == (ROOT / "rlstab" / "lab" / "regimes" / f"{name}.yaml").read_text(), name
         assert load_regime(name).name == name
@@ -69,7 +69,7 @@ def test_every_compare_command_parses_and_passes_the_input_checks(argv, tmp_path
             plan(args.objective, out=tmp_path / "out", seeds=args.seeds, steps=args.steps, regimes=args.regime, model=args.model)
         return
     p = plan(args.objective, out=tmp_path / "out", baseline=args.baseline, seeds=args.seeds, steps=args.steps,
-             regimes=args.regime or ["default"], task=args.task, model=args.model)
+             regimes=args.regime or ["default"], task=args.task, model=args.model, pair=args.pair)
     assert len(p.jobs) == len(args.objective) * args.seeds * len(args.regime or ["default"])
 
 
@@ -84,7 +84,8 @@ def test_the_python_example_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(rlstab.lab, "compare", small)
     printed = []
     exec(compile(code, "docs/lab.md", "exec"), {"print": printed.append})
-    assert set(printed[0]) == {"mean", "low", "high", "n", "wins", "ties", "losses", "distinguishable"}
+    assert set(printed[0]) == {"mean", "low", "high", "n", "wins", "ties", "losses", "distinguishable", "sd", "p",
+                               "p_holm", "mde"}
 
 
 def test_the_error_lines_are_what_the_lab_prints(tmp_path, monkeypatch):
@@ -204,7 +205,8 @@ def _across_line(name, objective, metric):
     return f"{m['mean']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
 
 
-# (grid, objective, baseline, metric, whether the page reads it as distinguishable)
+# (grid, objective, baseline, metric, whether its unadjusted interval excludes zero): the secondary and
+# follow-up comparisons, outside the reports' Holm family, which the page quotes as unadjusted
 LAYER_LINES = [
     ("goldilocks", "goldilocks", "grpo", "mean_zero_variance_groups", True),
     ("goldilocks", "goldilocks", "grpo", "mean_reward", True),
@@ -251,3 +253,89 @@ def test_grpo_repeats_the_first_comparison_exactly(grid, first):
                 for r in _grid(name) if r["objective"] == "grpo"}
 
     assert summaries(grid) == summaries(first)
+
+
+def _stored(grid, regime, objective, metric):
+    return json.loads((ROOT / "docs" / "lab" / f"{grid}.json").read_text())["paired"][regime][objective][metric]
+
+
+def _d(d):
+    return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+
+# What the prose quotes of the corrected statistics: (grid, regime, objective, metric, the page's words).
+# Each is formatted from the stored paired difference: d (difference and interval), wtl, p, holm, mde.
+CORRECTED = [
+    ("token", "default", "stapo", "final_accuracy", "{d} ({wtl}, p {p})"),
+    ("token", "default", "20-entropy", "final_entropy", "{d}, {wtl}, p {p}"),
+    ("token", "default", "20-entropy", "entropy_ratio", "{d}, p {p}"),
+    ("lag", "policy-lag", "tis-ess", "accuracy_auc", "{d} ({wtl}, p {p}, Holm p {holm})"),
+    ("lag", "policy-lag", "tis-ess", "final_accuracy", "{d} (p {p}, Holm p {holm})"),
+    ("lag", "policy-lag", "tis", "accuracy_auc", "{d} (p {p}, Holm p {holm})"),
+    ("lag-control", "policy-lag-fixed-lr", "tis", "accuracy_auc", "{d}, {wtl}, Holm p {holm}"),
+    ("lag-control", "policy-lag-fixed-lr", "tis", "final_accuracy", "{d}, has Holm p {holm}"),
+    ("goldilocks", "sparse", "goldilocks", "accuracy_auc", "(Holm p {holm})"),
+    ("goldilocks", "sparse", "goldilocks", "final_accuracy", "+0.015 is not distinguishable (Holm p {holm})"),
+    ("goldilocks", "sparse", "goldilocks", "final_entropy", "-0.084 nats (Holm p {holm})"),
+    ("goldilocks", "sparse", "goldilocks", "entropy_ratio", "(-0.380, Holm p {holm})"),
+    ("vcpo", "policy-lag", "vcpo", "accuracy_auc", "{d} (p {p}), but after Holm's correction over the grid's 12 "
+                                                   "comparisons (Holm p {holm})"),
+    ("vcpo", "policy-lag", "grpo-ess", "accuracy_auc", "{d} ({wtl}, p {p}), is not distinguishable after the "
+                                                       "correction either (Holm p {holm}"),
+]
+
+
+@pytest.mark.parametrize(("grid", "regime", "objective", "metric", "words"), CORRECTED)
+def test_the_corrected_statistics_in_the_prose_are_the_stored_ones(grid, regime, objective, metric, words):
+    from rlstab.lab.report import p_value
+
+    d = _stored(grid, regime, objective, metric)
+    line = words.format(d=_d(d), wtl=f"{d['wins']}/{d['ties']}/{d['losses']}", p=p_value(d["p"]),
+                        holm=p_value(d["p_holm"]), mde=f"{d['mde']:.3f}")
+    assert line in " ".join(PAGE.split()), line
+    # the page's reading: below 0.05 raw; distinguishable only where Holm p is below 0.05
+    assert d["distinguishable"] == (d["p_holm"] < 0.05)
+
+
+def test_only_what_survives_holm_is_called_distinguishable_in_the_prose():
+    survivors = {(grid, regime, objective, metric)
+                 for grid in ("token", "lag", "lag-control", "sparse", "vcpo", "goldilocks", "deep")
+                 for regime, objectives in json.loads((ROOT / "docs" / "lab" / f"{grid}.json").read_text())["paired"].items()
+                 for objective, metrics in objectives.items() for metric, d in metrics.items() if d["distinguishable"]}
+    assert survivors == {("goldilocks", "sparse", "goldilocks", m) for m in ("accuracy_auc", "final_entropy", "entropy_ratio")} | {
+        ("lag-control", "policy-lag-fixed-lr", "tis", "accuracy_auc")}
+    prose = " ".join(PAGE.split())
+    assert "no difference is distinguishable after Holm's correction over the grid's 32 comparisons" in prose
+    assert "after Holm's correction over the 12 comparisons none is distinguishable" in prose
+
+
+def test_the_ranges_of_mde_and_the_knife_edge_ratios_are_the_stored_ones():
+    prose = " ".join(PAGE.split())
+
+    def mdes(grid, regime, metric, objectives):
+        values = [_stored(grid, regime, o, metric)["mde"] for o in objectives]
+        return f"{min(values):.3f} to {max(values):.3f}"
+
+    token = ("stapo", "20-entropy", "stare")
+    lag = ("tis", "icepop", "tis-ess")
+    assert (f"the final accuracy's MDE is {mdes('token', 'default', 'final_accuracy', token)} against `dapo`, "
+            f"the AUC's {mdes('token', 'default', 'accuracy_auc', token)}") in prose
+    assert (f"the MDE is {mdes('lag', 'policy-lag', 'accuracy_auc', lag)} for the AUC and "
+            f"{mdes('lag', 'policy-lag', 'final_accuracy', lag)} for the final accuracy") in prose
+    assert f"the AUC's MDE here is {mdes('vcpo', 'policy-lag', 'accuracy_auc', ('vcpo', 'goldilocks', 'grpo-ess'))}" in prose
+    ratios = {(r["objective"], r["seed"]): r["summary"]["final_entropy"] / r["summary"]["start_entropy"]
+              for r in _grid("token") if r["regime"] == "entropy-collapse"}
+    assert (f"grpo's seeds 0 and 1 end at {ratios['grpo', 0]:.3f} and {ratios['grpo', 1]:.3f} (not collapsed), "
+            f"`dapo`'s seed 1 at {ratios['dapo', 1]:.3f} and `stare`'s at {ratios['stare', 1]:.3f} (collapsed)") in prose
+    grpo = json.loads((ROOT / "docs" / "lab" / "token.json").read_text())["aggregates"]["entropy-collapse"]["grpo"]["entropy_ratio"]
+    assert f"is {grpo['mean']:.3f} [{grpo['low']:.3f}, {grpo['high']:.3f}] under grpo" in prose
+    # stapo against grpo, the comparison the first reading made: the page quotes its mean
+    from rlstab.lab.statistics import paired_difference
+
+    def default(objective):
+        return {r["seed"]: r["summary"]["final_accuracy"] for r in _grid("token")
+                if r["regime"] == "default" and r["objective"] == objective}
+
+    first_reading = paired_difference(default("stapo"), default("grpo"))
+    assert f"against `grpo` it looked like {first_reading['mean']:+.3f}" in prose
+    assert f"(itself {_stored('token', 'default', 'dapo', 'final_accuracy')['mean']:+.3f} against `grpo`)" in prose

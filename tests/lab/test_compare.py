@@ -45,15 +45,21 @@ def serial(tmp_path_factory):
 
 def test_outputs_and_their_shape(serial):
     out, data, _ = serial
-    for name in ("results.json", "report.md", "curves.png"):
+    for name in ("results.json", "steps.json", "report.md", "curves.png", "differences.png"):
         assert (out / name).stat().st_size > 0
     assert json.loads((out / "results.json").read_text()) == data
     assert [(r["objective"], r["seed"]) for r in data["runs"]] == [("grpo", 0), ("grpo", 1), ("tis", 0), ("tis", 1)]
     assert all(len(read_rows(out / r["folder"])) == 4 for r in data["runs"])  # step 0 and 3 steps
     tis = data["paired"]["quick-lag"]["tis"]["final_accuracy"]
     assert tis["n"] == 2 and tis["wins"] + tis["ties"] + tis["losses"] == 2
+    assert {"p", "p_holm", "mde", "sd"} <= set(tis) and data["settings"]["pairs"] == {"tis": "grpo"}
     report = (out / "report.md").read_text()
-    assert "## Regime `quick-lag`" in report and "| tis |" in report and "Against grpo, paired by seed" in report
+    assert "## Regime `quick-lag`" in report and "| tis | grpo | acc AUC |" in report and "Paired by seed" in report
+    assert "| objective | baseline | metric | difference [95% interval] | W/T/L | p | Holm p | MDE |" in report
+    # the per-step rows of every run are stored with the grid
+    steps = json.loads((out / "steps.json").read_text())
+    assert [(r["objective"], r["seed"]) for r in steps["runs"]] == [(r["objective"], r["seed"]) for r in data["runs"]]
+    assert steps["runs"][0]["rows"] == read_rows(out / data["runs"][0]["folder"])
 
 
 def test_two_workers_give_the_same_runs_as_one(serial, tmp_path):

@@ -7,7 +7,7 @@ from rlstab.lab.regimes import Regime, load_regime, regime_names
 def test_shipped_regimes_load_and_default_is_the_demo():
     from rlstab.trainer.config import TrainConfig
 
-    assert {"default", "entropy-collapse", "policy-lag", "sparse"} <= set(regime_names())
+    assert {"default", "entropy-collapse", "policy-lag", "sparse", "collapse"} <= set(regime_names())
     for name in regime_names():
         assert load_regime(name).name == name
     default, demo = load_regime("default"), TrainConfig()
@@ -23,6 +23,16 @@ def test_the_stress_regimes_stress_what_they_say():
     collapse = load_regime("entropy-collapse")
     assert collapse.lr > default.lr or collapse.updates_per_step > default.updates_per_step
     assert load_regime("sparse").task == "mul2"
+
+
+def test_the_collapse_regime_is_calibrated_per_seed_on_a_task_with_several_answers():
+    collapse, default = load_regime("collapse"), load_regime("default")
+    assert collapse.task == "perm3" and collapse.warm_start_band == (0.5, 0.75)
+    assert collapse.pass_k >= 1 and collapse.pass_samples >= collapse.pass_k
+    assert collapse.lr > default.lr and collapse.updates_per_step > default.updates_per_step
+    config = collapse.train_config(steps=10, seed=3)
+    assert (config.warm_start_band, config.pass_k, config.seed) == ((0.5, 0.75), collapse.pass_k, 3)
+    assert (default.pass_k, default.warm_start_band) == (0, None)  # the other regimes measure as before
 
 
 def test_a_user_regime_file_takes_its_name_from_the_file(tmp_path):

@@ -52,3 +52,103 @@ def test_paired_difference_distinguishable_and_undecided():
     assert d["distinguishable"] is True and d["low"] > 0
     assert paired_difference({0: 0.6}, {0: 0.5})["distinguishable"] is None
     assert paired_difference({0: 0.4, 1: 0.3}, {0: 0.5, 1: 0.5})["losses"] == 2
+
+
+# --- p-values, Holm, the minimum detectable effect ------------------------------------------------
+
+from rlstab.lab.statistics import adjust, holm, mde_factor, minimum_detectable_effect, paired_p, seeds_for  # noqa: E402
+from rlstab.lab.tdist import incomplete_beta, t_cdf, t_quantile, t_two_sided_p  # noqa: E402
+
+
+@pytest.mark.parametrize(("q", "df", "table"), [
+    # Student's t table (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2), one-sided upper quantiles
+    (0.975, 4, 2.776), (0.8, 4, 0.941), (0.975, 1, 12.706), (0.8, 1, 1.376), (0.8, 9, 0.883),
+    (0.95, 10, 1.812), (0.99, 5, 3.365), (0.975, 30, 2.042), (0.9, 2, 1.886),
+])
+def test_t_quantiles_match_the_table(q, df, table):
+    assert t_quantile(q, df) == pytest.approx(table, abs=6e-4)
+    assert t_quantile(1 - q, df) == pytest.approx(-table, abs=6e-4)  # symmetric
+
+
+def test_t_quantile_agrees_with_the_lab_table():
+    for df in range(1, 31):
+        assert t_quantile(0.975, df) == pytest.approx(t975(df), abs=6e-5)  # the table is to 4 decimals
+
+
+def test_t_distribution_by_hand():
+    # df 1 is the Cauchy: P(T <= 1) = 1/2 + atan(1)/pi = 0.75, so the two-sided p of t = 1 is 0.5.
+    assert t_cdf(1.0, 1) == pytest.approx(0.75, abs=1e-12)
+    assert t_two_sided_p(1.0, 1) == pytest.approx(0.5, abs=1e-12)
+    # df 2: P(T <= t) = 1/2 + t / (2 sqrt(2 + t^2)); t = 2: 1/2 + 2 / (2 sqrt 6) = 0.908248
+    assert t_cdf(2.0, 2) == pytest.approx(0.5 + 1 / math.sqrt(6), abs=1e-12)
+    assert t_cdf(0.0, 7) == 0.5 and t_two_sided_p(0.0, 7) == 1.0
+    assert t_two_sided_p(2.776445, 4) == pytest.approx(0.05, abs=1e-6)  # the 0.975 quantile's p
+    assert t_two_sided_p(float("inf"), 4) == 0.0
+
+
+def test_incomplete_beta_by_hand():
+    # I_x(1, 1) = x; I_x(2, 1) = x^2; I_x(1, 2) = 1 - (1 - x)^2 = 0.64 at x = 0.4; I_0.5(a, a) = 1/2
+    assert incomplete_beta(0.3, 1, 1) == pytest.approx(0.3, abs=1e-12)
+    assert incomplete_beta(0.3, 2, 1) == pytest.approx(0.09, abs=1e-12)
+    assert incomplete_beta(0.4, 1, 2) == pytest.approx(0.64, abs=1e-12)
+    assert incomplete_beta(0.5, 3.5, 3.5) == pytest.approx(0.5, abs=1e-12)
+    assert incomplete_beta(0.9, 2, 0.5) == pytest.approx(1 - incomplete_beta(0.1, 0.5, 2), abs=1e-12)  # the symmetry
+    with pytest.raises(ValueError):
+        incomplete_beta(1.5, 1, 1)
+    with pytest.raises(ValueError):
+        t_quantile(1.0, 4)
+
+
+def test_holm_by_hand():
+    # p = 0.01, 0.04, 0.03, 0.005; m = 4. Sorted: 0.005, 0.01, 0.03, 0.04, times m - j + 1 = 4, 3, 2, 1:
+    # 0.02, 0.03, 0.06, 0.04; running maximum: 0.02, 0.03, 0.06, 0.06. Back in input order:
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # capped at 1: 0.3 x 3 = 0.9, 0.5 x 2 = 1.0, 0.6 x 1 = 0.6 -> running max 0.9, 1.0, 1.0
+    assert holm([0.6, 0.3, 0.5]) == pytest.approx([1.0, 0.9, 1.0])
+    # None is no test: m = 2 here, 0.02 x 2 = 0.04, 0.04 x 1 = 0.04
+    assert holm([None, 0.04, 0.02]) == [None, pytest.approx(0.04), pytest.approx(0.04)]
+    assert holm([0.03]) == [0.03] and holm([]) == []
+
+
+def test_adjust_makes_holm_the_reading():
+    a, b = {"p": 0.01}, {"p": 0.04}
+    adjust([a, b, {"p": None}])
+    # m = 2: 0.01 x 2 = 0.02 (below 0.05), then max(0.02, 0.04 x 1) = 0.04 (below 0.05)
+    assert a == {"p": 0.01, "p_holm": pytest.approx(0.02), "distinguishable": True}
+    assert b["p_holm"] == pytest.approx(0.04) and b["distinguishable"] is True
+    c, d = {"p": 0.02}, {"p": 0.03}
+    adjust([c, d, {"p": 0.2}])
+    # m = 3: 0.02 x 3 = 0.06, 0.03 x 2 = 0.06, 0.2: both above 0.05, so neither is distinguishable
+    assert c["p_holm"] == pytest.approx(0.06) and not c["distinguishable"] and not d["distinguishable"]
+
+
+def test_paired_p_and_mde_by_hand():
+    # The by-hand pairs above: diffs 0.1, 0.2, 0.0, 0.1: mean 0.1, sd 0.08165, t = 0.1 / 0.040825 = sqrt(6),
+    # df 3. Closed form for df 3: P(T <= t) = 1/2 + (u / (1 + u^2) + atan(u)) / pi with u = t / sqrt(3) = sqrt(2):
+    # 1/2 + (0.471405 + 0.955317) / pi = 0.954140, so p = 2 x (1 - 0.954140) = 0.091721.
+    d = paired_difference({0: 0.6, 1: 0.7, 2: 0.5, 3: 0.6}, {0: 0.5, 1: 0.5, 2: 0.5, 3: 0.5})
+    assert d["sd"] == pytest.approx(0.0816497, abs=1e-6)
+    assert d["p"] == pytest.approx(0.091721, abs=1e-5) and d["p_holm"] == d["p"]
+    # MDE at n = 4: (t(0.975, 3) + t(0.80, 3)) x sd / 2 = (3.1824 + 0.9785) x 0.0816497 / 2 = 0.16987
+    assert d["mde"] == pytest.approx((3.1824 + 0.9785) * 0.0816497 / 2, abs=1e-4)
+    assert paired_p(0.0, 0.0, 5) == 1.0 and paired_p(0.1, 0.0, 5) == 0.0 and paired_p(0.1, 0.2, 1) is None
+    assert minimum_detectable_effect(None, 5) is None and minimum_detectable_effect(0.1, 1) is None
+
+
+def test_the_mde_factor_at_five_seeds_is_the_issues_1_66():
+    # (t(0.975, 4) + t(0.80, 4)) / sqrt(5) = (2.7764 + 0.9410) / 2.23607 = 1.6625
+    assert mde_factor(5) == pytest.approx((2.7764 + 0.9410) / math.sqrt(5), abs=1e-4)
+    assert mde_factor(5) == pytest.approx(1.66, abs=0.005)
+    # n = 10: (2.2622 + 0.8834) / sqrt(10) = 0.99474
+    assert mde_factor(10) == pytest.approx((2.2622 + 0.8834) / math.sqrt(10), abs=1e-4)
+    with pytest.raises(ValueError):
+        mde_factor(1)
+
+
+def test_seeds_for_an_effect():
+    # sd 0.1, effect 0.1: n = 10 gives 0.99474 x 0.1 = 0.0995 <= 0.1; n = 9: (2.3060 + 0.8889) / 3 = 1.0650 > 1
+    assert seeds_for(0.1, 0.1) == 10
+    assert seeds_for(-0.1, 0.1) == 10  # the sign does not matter
+    assert seeds_for(1.0, 0.0) == 2
+    with pytest.raises(ValueError):
+        seeds_for(0.0, 0.1)

@@ -57,3 +57,18 @@ def test_zero_variance_groups_and_layer_metrics_are_averaged_over_the_steps_that
     # pivots: (4 + 0) / 2 steps that report it; branch success: only step 1 reports it
     assert s["layers"] == {"rollout/pivots": 2.0, "rollout/branch_success": 0.5}
     assert "layers" not in run_summary(rows[:1] + [_row(1, 0.3)])
+
+
+def test_pass_at_k_is_summarised_from_the_first_and_last_measured_rows():
+    rows = [
+        {"step": 0, "accuracy": 0.5, "pass_at_k": {"k": 4, "n": 16, "pass_at_k": 0.8, "distinct_correct": 3.0}},
+        {"step": 1, "accuracy": None, "reward": 0.5, "entropy": 1.0, "grad_norm": 1.0, "silenced_fraction": 0.0,
+         "clip_high_fraction": 0.0, "clip_low_fraction": 0.0, "clip_dual_fraction": 0.0},
+        {"step": 2, "accuracy": 0.9, "reward": 0.9, "entropy": 0.2, "grad_norm": 1.0, "silenced_fraction": 0.0,
+         "clip_high_fraction": 0.0, "clip_low_fraction": 0.0, "clip_dual_fraction": 0.0,
+         "pass_at_k": {"k": 4, "n": 16, "pass_at_k": 0.95, "distinct_correct": 1.25}},
+    ]
+    s = run_summary(rows)
+    assert (s["start_pass_at_k"], s["final_pass_at_k"]) == (0.8, 0.95)
+    assert (s["start_distinct_correct"], s["final_distinct_correct"]) == (3.0, 1.25)
+    assert "final_pass_at_k" not in run_summary([{k: v for k, v in r.items() if k != "pass_at_k"} for r in rows])

@@ -92,3 +92,17 @@ def test_preset_stapo_is_s2t_with_kept_denominator():
     )
     assert (o.aggregation.kind, o.aggregation.count) == ("token-mean", "kept")
     assert (o.surrogate.eps_low, o.surrogate.eps_high, o.surrogate.dual_clip) == (0.2, 0.28, 10.0)
+
+
+def test_the_dose_tau_p_as_an_arm_extending_stapo(tmp_path):
+    # tau_p is S2T's dose: the arm replaces stapo's masks with one S2T at tau_p = 0.02. On the hand-built
+    # batch, row 0's candidates (A > 0, H < 0.74) are t1 (p 0.001), t3 (H 0.4, p 0.0021), t4 (p 0.0019):
+    # at 0.002, t1 and t4 (2 silenced); at 0.02, t3 too (0.0021 < 0.02): 3 silenced.
+    (tmp_path / "dose.yaml").write_text("extends: stapo\nmasks:\n- {kind: s2t, tau_p: 0.02}\n")
+    arm = rlstab.load(tmp_path / "dose.yaml")
+    assert arm.masks == [rlstab.load("stapo").masks[0].model_copy(update={"tau_p": 0.02})]
+    assert arm.aggregation == rlstab.load("stapo").aggregation  # the rest is stapo's
+    batch = rlstab.TokenBatch(logprobs=P.log(), advantages=A, response_mask=MASK, entropy=H)
+    assert arm.compile()(batch).metrics["mask/s2t/silenced"] == 3
+    assert rlstab.load("stapo").compile()(batch).metrics["mask/s2t/silenced"] == 2
+    assert "p < 0.02 and" in arm.explain()

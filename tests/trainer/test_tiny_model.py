@@ -73,3 +73,17 @@ def test_default_model_is_about_a_million_parameters():
     torch.manual_seed(0)
     n = TinyPolicy.create(CharCodec()).num_parameters()
     assert 500_000 < n < 1_500_000
+
+
+def test_token_distribution_is_token_stats_with_each_positions_sum_of_squared_probabilities():
+    torch.manual_seed(0)
+    codec = CharCodec()
+    policy = TinyPolicy.create(codec, TinyConfig(vocab_size=codec.vocab_size, d_model=16, n_layer=1, n_head=2, d_ff=32))
+    rollout = policy.sample([codec.encode("1+2="), codec.encode("30+4=")], max_new_tokens=4, temperature=1.0,
+                            generator=torch.Generator().manual_seed(0))
+    logprobs, entropy = policy.token_stats(rollout)
+    same, same_entropy, squares = policy.token_distribution(rollout)
+    assert torch.equal(logprobs, same) and torch.equal(entropy, same_entropy)
+    # sum_j p_j^2 lies in [1/V, 1], and at least p_y^2 (the sampled token's own mass)
+    assert bool((squares >= 1 / codec.vocab_size - 1e-6).all() and (squares <= 1 + 1e-6).all())
+    assert bool((squares >= logprobs.detach().exp() ** 2 - 1e-6).all())
