@@ -105,7 +105,7 @@ PUBLISHED = sorted((ROOT / "docs" / "lab").glob("*.json"))
 
 def test_there_are_published_results():
     # sorted paths: "-" sorts before "."
-    assert [p.stem for p in PUBLISHED] == ["deep", "goldilocks", "lag-control", "lag", "sparse", "token", "vcpo"]
+    assert [p.stem for p in PUBLISHED] == ["collapse", "deep", "goldilocks", "lag-control", "lag", "sparse", "token", "vcpo"]
 
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=[p.stem for p in PUBLISHED])
@@ -299,7 +299,7 @@ def test_the_corrected_statistics_in_the_prose_are_the_stored_ones(grid, regime,
 
 def test_only_what_survives_holm_is_called_distinguishable_in_the_prose():
     survivors = {(grid, regime, objective, metric)
-                 for grid in ("token", "lag", "lag-control", "sparse", "vcpo", "goldilocks", "deep")
+                 for grid in ("token", "lag", "lag-control", "sparse", "vcpo", "goldilocks", "deep", "collapse")
                  for regime, objectives in json.loads((ROOT / "docs" / "lab" / f"{grid}.json").read_text())["paired"].items()
                  for objective, metrics in objectives.items() for metric, d in metrics.items() if d["distinguishable"]}
     assert survivors == {("goldilocks", "sparse", "goldilocks", m) for m in ("accuracy_auc", "final_entropy", "entropy_ratio")} | {
@@ -339,3 +339,39 @@ def test_the_ranges_of_mde_and_the_knife_edge_ratios_are_the_stored_ones():
     first_reading = paired_difference(default("stapo"), default("grpo"))
     assert f"against `grpo` it looked like {first_reading['mean']:+.3f}" in prose
     assert f"(itself {_stored('token', 'default', 'dapo', 'final_accuracy')['mean']:+.3f} against `grpo`)" in prose
+
+
+def test_the_collapse_experiments_reading_is_its_stored_runs():
+    """Every number of the collapse experiment's results prose, recomputed from its stored results and per-step rows."""
+    import gzip
+
+    from rlstab.lab.mechanism import mechanism_summary
+
+    prose = " ".join(PAGE.split())
+    data = json.loads((ROOT / "docs" / "lab" / "collapse.json").read_text())
+    aggregates, paired = data["aggregates"]["collapse"], data["paired"]["collapse"]
+    assert all(a["collapsed"]["mean"] == 1.0 for a in aggregates.values()) and len(data["runs"]) == 32
+    assert "All 32 runs end below half their step-1 entropy (8 of 8 per arm; entropy ratios 0.30-0.32)" in prose
+    ratios = [a["entropy_ratio"]["mean"] for a in aggregates.values()]
+    assert round(min(ratios), 2) == 0.30 and round(max(ratios), 2) == 0.32
+    tests = [d for metrics in paired.values() for d in metrics.values()]
+    assert len(tests) == 18 and not any(d["distinguishable"] for d in tests) and min(d["p"] for d in tests) >= 0.05
+    nearest = min(tests, key=lambda d: d["p"])
+    assert nearest is paired["stapo-dose"]["final_pass_at_k"]
+    assert f"p {nearest['p']:.4f}, Holm p {nearest['p_holm']:.4f}" in prose
+    moved = max(abs(paired[arm]["entropy_ratio"]["mean"]) for arm in paired)
+    assert f"the entropy ratios moved by at most {moved:.3f}" in prose
+    for arm, mde in (("stapo", "0.014"), ("stapo-dose", "0.071"), ("random-matched", "0.043")):
+        assert f"{paired[arm]['entropy_ratio']['mde']:.3f}" == mde
+    assert f"{100 * aggregates['stapo-dose']['mean_silenced_fraction']['mean']:.3f}% as stapo-dose's mask" in prose
+
+    steps = json.loads(gzip.decompress((ROOT / "docs" / "lab" / "collapse" / "steps.json.gz").read_bytes()))["runs"]
+    low, high = (mechanism_summary(steps, "dapo-shadow", f"shadow/s2t_{i}") for i in (0, 1))
+    random = mechanism_summary(steps, "random-matched", "random_silence")
+    assert (low["silencing_steps"], high["silencing_steps"], low["steps"]) == (5, 79, 800)
+    assert f"{100 * low['mean_share']:.2f}% (`tau_p` 0.002) and {100 * high['mean_share']:.1f}% (0.02)" in prose
+    share_when = f"{100 * low['mean_share_when_silencing']:.1f}% and {100 * high['mean_share_when_silencing']:.1f}%"
+    assert f"the share is larger: {share_when}" in prose
+    assert f"carry {100 * random['mean_share_when_silencing']:.1f}% on their steps" in prose
+    assert (f"over {low['pairs']} steps is {low['next_entropy_pearson']:.3f} (0.002) and "
+            f"{high['next_entropy_pearson']:.3f} (0.02)") in prose
