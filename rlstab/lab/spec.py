@@ -19,6 +19,10 @@ from rlstab.lazy import torch
 
 SPEC_FILE = "spec.json"
 
+LATER_FIELDS = {"warm_start_band": None, "pass_k": 0, "pass_samples": 16, "instruments": False}
+"""Regime fields added after run folders were first written, with their defaults: left out of a run's
+identity while at them, so that a folder written before they existed still resumes."""
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -37,6 +41,9 @@ class RunSpec:
     def identity(self) -> dict:
         """The fields a resumed or skipped run must share with the folder's ``spec.json``."""
         regime = self.regime.model_dump(exclude={"description"})
+        for name, default in LATER_FIELDS.items():  # at their defaults, as before they existed: old folders resume
+            if regime[name] == default:
+                del regime[name]
         return {
             "fingerprint": self.fingerprint,
             "regime": regime,

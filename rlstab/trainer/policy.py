@@ -88,6 +88,18 @@ class Policy(Protocol):
         ...
 
 
+class TokenDistribution:
+    """``token_stats`` and ``token_distribution`` of a policy from its one pass over the response positions,
+    ``_distribution(rollout, sum_squares) -> (logprobs, entropy, sum_squares or None)``."""
+
+    def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        logprobs, entropy, _ = self._distribution(rollout, sum_squares=False)
+        return logprobs, entropy
+
+    def token_distribution(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self._distribution(rollout, sum_squares=True)
+
+
 def sampled_logprob(logits: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     """``[N]`` log-probability of ``token`` under ``logits`` at temperature 1 (what vLLM reports by default)."""
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, token[:, None])[:, 0]

