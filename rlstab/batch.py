@@ -12,9 +12,12 @@ from dataclasses import dataclass, fields
 from rlstab.lazy import torch
 
 # Fields laid out per token, [B, T].
-TOKEN_FIELDS = ("logprobs", "old_logprobs", "entropy", "rollout_logprobs", "ref_logprobs")
+TOKEN_FIELDS = ("logprobs", "old_logprobs", "entropy", "rollout_logprobs", "ref_logprobs", "sum_pi_squared",
+                "proxy_logprobs")
 # Fields laid out per sequence, [B].
 SEQUENCE_FIELDS = ("rewards", "group_ids", "grad_sq_norms", "is_branch")
+# Fields laid out per sequence with several columns, [B, K].
+SEQUENCE_MATRIX_FIELDS = ("reward_components",)
 
 
 class BatchError(ValueError):
@@ -58,6 +61,20 @@ class TokenBatch:
             each response on its own can supply it exactly (rlstab's embedded trainer does).
         is_branch: ``[B]`` bool, True on the rows of DEEP-GRPO's local branches (continuations
             resampled from a pivot of a failed response), which ``dual_stream`` aggregates apart.
+        reward_components: ``[B, K]`` the K reward dimensions of each response (format, accuracy,
+            length, ...), kept apart for GDPO (advantage ``gdpo``), which normalises each within
+            the prompt group before combining them; veRL's are the ``algorithm.gdpo_reward_keys``
+            entries of the reward function's extra info. ``rewards`` stays the scalar reward.
+        sum_pi_squared: ``[B, T]`` sum over the vocabulary of the squared next-token probabilities,
+            ``sum_v pi(v)^2``, at each response position under the old policy (no gradient), for the
+            optimal token baseline (advantages ``optimal_token_baseline``, ``tir_optimal_token_baseline``):
+            veRL computes it in the old-log-prob pass with ``actor.calculate_sum_pi_squared=True``;
+            rlstab's embedded trainer in its own old-policy pass.
+        proxy_logprobs: ``[B, T]`` log-probability of each sampled token under Lp-Reg's proxy of the old
+            policy (no gradient): its next-token distribution with the tokens below ``min_p`` times the
+            most likely one removed and the rest renormalised
+            (``rlstab.clipping.lp_reg.min_p_proxy_logprobs``; a removed token gets about -1e4). Read by
+            the surrogate ``lp_reg``; rlstab's embedded trainer computes it in its old-policy pass.
 
     Any layout is accepted (a transposed or column-major buffer, a slice with a step, an
     ``expand``-ed view): the loss reads contiguous float32 copies where needed and the gradient
@@ -77,6 +94,9 @@ class TokenBatch:
     group_ids: torch.Tensor | None = None
     grad_sq_norms: torch.Tensor | None = None
     is_branch: torch.Tensor | None = None
+    reward_components: torch.Tensor | None = None
+    sum_pi_squared: torch.Tensor | None = None
+    proxy_logprobs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self._validate()
@@ -154,6 +174,12 @@ class TokenBatch:
                     f"TokenBatch.is_branch must be a bool [B] = [{B}] tensor, got {self.is_branch.dtype} "
                     f"{list(self.is_branch.shape)}"
                 )
+        if self.reward_components is not None:
+            value = self.reward_components
+            if value.dim() != 2 or value.shape[0] != B:
+                raise BatchError(f"TokenBatch.reward_components must be [B, K] with B={B}, got {list(value.shape)}")
+            if not value.is_floating_point():
+                raise BatchError(f"TokenBatch.reward_components must be floating point, got {value.dtype}")
         if self.group_ids is not None:
             if tuple(self.group_ids.shape) != (B,):
                 raise BatchError(f"TokenBatch.group_ids must be [B] = [{B}], got {list(self.group_ids.shape)}")

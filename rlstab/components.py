@@ -79,6 +79,13 @@ class StepHook:
         """A 1-D float64 tensor of sums over this micro-batch's tokens, or None (no step statistics)."""
         return None
 
+    def step_totals(self, tokens: list, comm: Any) -> torch.Tensor | None:
+        """The step statistic handed to ``begin_step``: ``step_sums`` summed over the micro-batches
+        ``tokens`` and the ranks of ``comm`` (None without them). A component whose statistic is not
+        a sum (M2PO's cut, an order statistic over the step) overrides this, collectively over ``comm``."""
+        parts = [self.step_sums(t) for t in tokens]
+        return comm.sum(torch.stack(parts).sum(0)) if tokens and parts[0] is not None else None
+
     def initial_state(self) -> dict[str, Any] | None:
         """The state before the first step (plain floats/ints, so it survives a checkpoint), or None."""
         return None

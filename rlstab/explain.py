@@ -17,7 +17,7 @@ def explain(objective: Objective) -> str:
         lines.append(f"  {o.description}")
     lines.append("")
     term = ("M * " if o.masks else "") + ("W * " if o.reweighters else "") + "l(r, A)"
-    regs = "".join(f" + {r.coef:g} * Agg_valid(R{i})" for i, r in enumerate(o.regularisers))
+    regs = "".join(f" + {getattr(r, 'coefficient_symbol', f'{r.coef:g}')} * Agg_valid(R{i})" for i, r in enumerate(o.regularisers))
     lines.append(f"L = Agg[ {term} ]{regs}")
     lines.append(f"  r   = exp(clamp(logp - old_logp, -{o.log_ratio_clamp:g}, {o.log_ratio_clamp:g}))")
     lines.append(f"  A   = {o.advantage.describe()}")
@@ -72,6 +72,16 @@ def placement(o: Objective) -> list[tuple[str, str, str]]:
     rows.append(("step", ", ".join(step), "gather, over every micro-batch and rank, in any trainer"))
     if o.advantage.kind == "opob":
         rows.append(("step", "advantage (opob) gradient norms", f"{_EMBEDDED}; refused by the adapters"))
+    if o.advantage.kind in ("opo", "grpo_passk"):  # baselines over all of a prompt's rollouts (trainer_parts)
+        rows.append(("step", f"advantage ({o.advantage.kind}) rollout groups",
+                     f"{_EMBEDDED} (mini-batches of whole groups); veRL's driver (algorithm.adv_estimator="
+                     f"{o.advantage.kind}); refused by OpenRLHF and TRL"))
+    if o.advantage.kind in ("optimal_token_baseline", "tir_optimal_token_baseline"):  # reads sum_pi_squared
+        rows.append(("step", f"advantage ({o.advantage.kind}) input sum_pi_squared",
+                     f"{_EMBEDDED}'s old-policy pass; veRL's driver (algorithm.adv_estimator={o.advantage.kind}, "
+                     "actor_rollout_ref.actor.calculate_sum_pi_squared=True); refused by OpenRLHF and TRL"))
+    for who in o.plan().readers("proxy_logprobs"):  # Lp-Reg: the old policy's min-p proxy needs the whole vocabulary
+        rows.append(("loss", f"{who} input proxy_logprobs", f"{_EMBEDDED}'s old-policy pass; refused by the adapters"))
     if o.lr_scale is not None:
         rows.append(("step", "lr_scale", f"the trainer's optimizer step: {_EMBEDDED}; refused by the adapters"))
     if o.dual_stream is not None:

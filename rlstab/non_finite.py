@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rlstab.batch import SEQUENCE_FIELDS, TOKEN_FIELDS, TokenBatch
+from rlstab.batch import SEQUENCE_FIELDS, SEQUENCE_MATRIX_FIELDS, TOKEN_FIELDS, TokenBatch
 from rlstab.comm import Comm
 from rlstab.lazy import torch
 
 # Every field that can be checked, in a fixed order (a reduction over ranks needs one).
-_FIELDS = TOKEN_FIELDS + ("advantages", "is_weights") + SEQUENCE_FIELDS
+_FIELDS = TOKEN_FIELDS + ("advantages", "is_weights") + SEQUENCE_FIELDS + SEQUENCE_MATRIX_FIELDS
 
 Offence = tuple[str, int, str]  # (field, count, description of the first value)
 
@@ -52,7 +52,7 @@ def zero_bad_padding(batch: TokenBatch, fields: list[str]) -> tuple[TokenBatch, 
         bad = ~torch.isfinite(value.detach().to(torch.float32))  # as the loss will see it
         if not bad.any():
             continue
-        on_valid = bad & (mask.any(-1) if value.dim() == 1 else mask)
+        on_valid = bad & _valid_of(name, value, mask)
         if on_valid.any():
             where = on_valid.nonzero()[0].tolist()
             offences.append((
@@ -77,13 +77,19 @@ def with_padding_zeroed(batch: TokenBatch, fields: list[str]) -> TokenBatch:
     Gradients flow through to the original tensors (0 on padding).
     """
     mask = batch.response_mask
-    rows = mask.any(-1)
     kept = {f: getattr(batch, f) for f in batch.__dataclass_fields__}
     for name in fields:
         value = kept[name]
         if value is not None and value.is_floating_point():
-            kept[name] = torch.where(rows if value.dim() == 1 else mask, value, 0.0)
+            kept[name] = torch.where(_valid_of(name, value, mask), value, 0.0)
     return TokenBatch(**kept)
+
+
+def _valid_of(name: str, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Where ``value`` is valid: its response's row (``[B]``, and ``[B, K]`` per-response columns), or its token."""
+    if value.dim() == 1:
+        return mask.any(-1)
+    return mask.any(-1, keepdim=True) if name in SEQUENCE_MATRIX_FIELDS else mask
 
 
 def without_bad_padding(batch: TokenBatch, fields: list[str]) -> TokenBatch:

@@ -12,6 +12,12 @@ done_with() { if [ "${RLSTAB_PRUNE_ENVS:-0}" = 1 ]; then rm -rf "$1"; fi; }
 .venv-test/bin/pip install -q --disable-pip-version-check -e ".[test,docs,demo,triton]"
 # The example plugin (a package of its own, found only through its rlstab.components entry point).
 .venv-test/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
+# The extras are ranges; CI tests one release of each trainer (pinned below) and checks, offline, that
+# installing an extra next to another in-range release leaves it alone (tests/extras_range.py): its wheel.
+mkdir -p .wheels/in-range
+for release in verl==0.9.0; do
+    .venv-test/bin/pip download -q --disable-pip-version-check --no-deps -d .wheels/in-range "$release"
+done
 echo "== core tests"
 .venv-test/bin/python -m pytest -p no:cacheprovider
 echo "== example plugin tests"
@@ -36,7 +42,7 @@ echo "== verl tests"
 # The real verl==0.9.1 (with ray, hydra, transformers); its engine worker also imports uvicorn and fastapi.
 [ -x .venv-verl/bin/python ] || "$PY" -m venv .venv-verl
 .venv-verl/bin/pip install -q --disable-pip-version-check torch==2.13.0
-.venv-verl/bin/pip install -q --disable-pip-version-check -e ".[test,verl]" "uvicorn>=0.30" "fastapi>=0.110"
+.venv-verl/bin/pip install -q --disable-pip-version-check -e ".[test,verl]" verl==0.9.1 "uvicorn>=0.30" "fastapi>=0.110"
 .venv-verl/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-verl/bin/python -m pytest -p no:cacheprovider tests/adapters/verl
 done_with .venv-verl
@@ -44,7 +50,7 @@ echo "== trl tests"
 # The real trl==1.16.0 (transformers, accelerate, datasets) on CPU; tiny model and tokenizer built in memory.
 [ -x .venv-trl/bin/python ] || "$PY" -m venv .venv-trl
 .venv-trl/bin/pip install -q --disable-pip-version-check torch==2.13.0
-.venv-trl/bin/pip install -q --disable-pip-version-check -e ".[test,trl]"
+.venv-trl/bin/pip install -q --disable-pip-version-check -e ".[test,trl]" trl==1.16.0
 .venv-trl/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-trl/bin/python -m pytest -p no:cacheprovider tests/adapters/trl
 done_with .venv-trl

@@ -34,7 +34,7 @@ def random_batch(
         logprobs=logprobs.to(dtype).requires_grad_(),
         old_logprobs=(logprobs + 0.3 * torch.randn(B, T, generator=g)).to(dtype),
         response_mask=mask,
-        entropy=(torch.rand(B, T, generator=g) * 2.0).to(dtype),
+        entropy=(torch.rand(B, T, generator=g) * 2.0).to(dtype).requires_grad_(),  # with grad: an entropy bonus needs it
         ref_logprobs=(logprobs + 0.1 * torch.randn(B, T, generator=g)).to(dtype),
         rewards=torch.randint(0, 2, (B,), generator=g).float(),
         group_ids=torch.randperm(B, generator=g) % groups,
@@ -45,6 +45,8 @@ def random_batch(
     # Per-response fields some components read: VCPO's gradient norms, DEEP-GRPO's branch rows (whole groups).
     fields["grad_sq_norms"] = torch.rand(B, generator=noise) * 10.0 + 0.1
     fields["is_branch"] = fields["group_ids"] >= (groups + 1) // 2
+    # Lp-Reg's min-p proxy of the old policy, 0.3 above its log-probabilities (drawn from no stream).
+    fields["proxy_logprobs"] = (fields["old_logprobs"].float() + 0.3).to(dtype)
     if advantages == "sequence":
         fields["advantages"] = torch.randn(B, generator=g).to(dtype)
     elif advantages == "token":
@@ -97,7 +99,8 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
     The inputs a trainer running the objective's other layers supplies: rewards and group ids for a
     group filter when the batch carries advantages (each response its own group, so nothing is
     dropped and the loss is the filter-free one), branch marks for ``dual_stream`` (every other row),
-    each response's gradient norm for ``opob``. Rows appended later (padding) leave these values of
+    each response's gradient norm for ``opob``, Lp-Reg's proxy log-probabilities (0.3 above the old
+    ones). Rows appended later (padding) leave these values of
     the first rows unchanged.
     """
     fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)} if isinstance(batch, rlstab.TokenBatch) else dict(batch)
@@ -109,4 +112,7 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
         fields["is_branch"] = rows % 2 == 1
     if "grad_sq_norms" in objective.advantage.reads and fields.get("grad_sq_norms") is None:
         fields["grad_sq_norms"] = 1.0 + (rows % 3).float()
+    if objective.plan().readers("proxy_logprobs") and fields.get("proxy_logprobs") is None:  # Lp-Reg's min-p proxy
+        old = fields.get("old_logprobs")
+        fields["proxy_logprobs"] = (fields["logprobs"] if old is None else old).detach() + 0.3
     return rlstab.TokenBatch(**fields) if isinstance(batch, rlstab.TokenBatch) else fields

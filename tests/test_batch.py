@@ -39,6 +39,8 @@ def fields(**override) -> dict:
 def loss(name: str, **override) -> tuple[LossOutput, torch.Tensor]:
     objective = rlstab.load(name)
     f = with_trainer_fields(objective, fields(**override))
+    if f.get("entropy") is not None:  # with gradient, as a trainer computes it from the logits (an entropy bonus needs it)
+        f["entropy"] = f["entropy"].detach().clone().requires_grad_(True)
     lp = f.pop("logprobs").detach().clone().requires_grad_(True)
     out = objective.compile()(TokenBatch(logprobs=lp, **f))
     assert isinstance(out, LossOutput)

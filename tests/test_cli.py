@@ -265,7 +265,7 @@ def test_schema(capsys):
     assert props["masks"]["type"] == "array"
     items = props["masks"]["items"]
     mask_kinds = {"s2t", "low_probability", "entropy_quantile", "expression", "icepop", "rollout_rejection",
-                  "rollout_veto", "lopti", "random_silence"}
+                  "rollout_veto", "lopti", "random_silence", "bypass_rejection", "off_policy_sequence"}
     assert set(items["properties"]["kind"]["enum"]) == mask_kinds
     kinds = set()
     for rule in items["allOf"]:  # if kind is k then k's own schema

@@ -3,7 +3,8 @@
 - **Parts only a trainer executes** ([`unexecutable`][rlstab.adapters.trainer_parts.unexecutable]).
   The loss (masks, reweighters, surrogate, aggregation, regularisers) runs wherever the compiled
   objective is called. The rest needs the trainer: the step's learning rate (``lr_scale``), each
-  response's own gradient (``advantage: opob``), which prompts are drawn (``sampler:``), how
+  response's own gradient (``advantage: opob``), baselines over all of a prompt's rollouts
+  (``advantage: opo``, ``grpo_passk``: veRL computes them itself), which prompts are drawn (``sampler:``), how
   rollouts are generated (``rollout:``), and branch rows in the batch (``dual_stream:``). rlstab's
   embedded trainer executes all of them; an adapter refuses each one its trainer cannot.
 - **Tensors only a trainer supplies** ([`unsupplied`][rlstab.adapters.trainer_parts.unsupplied]):
@@ -25,8 +26,23 @@ VERL_SAMPLER = (
 )
 
 
-def unexecutable(objective, trainer: str, *, sampler_hook: bool = False) -> list[str]:
-    """One problem line per part of ``objective`` that the adapter of ``trainer`` cannot execute."""
+# The optimal token baseline's kinds: they read the old policy's sum_v pi(v)^2, which only veRL computes.
+TOKEN_BASELINES = ("optimal_token_baseline", "tir_optimal_token_baseline")
+# Estimators whose baseline is built from all of a prompt's rollouts, which veRL computes in its driver over the
+# training batch (``algorithm.adv_estimator``, same names); TRL and OpenRLHF compute only their own advantages.
+ROLLOUT_GROUP_ESTIMATORS = ("opo", "grpo_passk")
+
+
+def unexecutable(
+    objective, trainer: str, *, sampler_hook: bool = False, token_baseline: bool = False, rollout_groups: bool = False
+) -> list[str]:
+    """One problem line per part of ``objective`` that the adapter of ``trainer`` cannot execute.
+
+    ``token_baseline``: the trainer computes the optimal token baseline itself (veRL's
+    ``algorithm.adv_estimator=optimal_token_baseline``, with its actor's ``sum_pi_squared``).
+    ``rollout_groups``: the trainer computes ``ROLLOUT_GROUP_ESTIMATORS`` itself over whole rollout
+    groups (veRL's ``algorithm.adv_estimator=opo`` / ``grpo_passk``).
+    """
     problems = []
     if objective.lr_scale is not None:
         problems.append(
@@ -38,6 +54,25 @@ def unexecutable(objective, trainer: str, *, sampler_hook: bool = False) -> list
             f"advantage (opob): needs each response's own gradient norm (TokenBatch.grad_sq_norms), which {trainer} "
             "does not compute (it backpropagates micro-batches, not single responses); use grpo here, or rlstab's "
             "embedded trainer"
+        )
+    if objective.advantage.kind in TOKEN_BASELINES and not token_baseline:
+        problems.append(
+            f"advantage ({objective.advantage.kind}): needs the old policy's sum_v pi(v)^2 per token "
+            f"(TokenBatch.sum_pi_squared), which {trainer} neither computes nor passes (it computes its own advantages); "
+            f"use grpo here, or veRL (algorithm.adv_estimator={objective.advantage.kind} "
+            "actor_rollout_ref.actor.calculate_sum_pi_squared=True), or rlstab's embedded trainer"
+        )
+    if objective.advantage.kind == "maxrl":  # issue 31, H6: MaxRL is its advantage; no trainer computes it
+        problems.append(
+            f"advantage (maxrl): {trainer} computes the advantages before the loss and has no MaxRL estimator, so the "
+            "run would train on its own advantages instead; compute MaxRL's in the trainer (rlstab.advantages.MaxRL "
+            "fit/apply on the step's rewards and group ids) and set advantage: {kind: given}, or use rlstab's embedded trainer"
+        )
+    if objective.advantage.kind in ROLLOUT_GROUP_ESTIMATORS and not rollout_groups:
+        problems.append(
+            f"advantage ({objective.advantage.kind}): its baseline needs all of a prompt's rollouts, and {trainer} computes "
+            f"only its own advantages (group-normalised rewards), not {objective.advantage.kind}'s; use veRL "
+            f"(algorithm.adv_estimator={objective.advantage.kind}) or rlstab's embedded trainer"
         )
     if objective.sampler is not None and not sampler_hook:
         problems.append(
@@ -59,13 +94,23 @@ def unexecutable(objective, trainer: str, *, sampler_hook: bool = False) -> list
     return problems
 
 
+# Fields no adapter's trainer computes, refused by every adapter (``unsupplied`` adds them to its advice).
+NO_ADAPTER_SUPPLIES = {
+    "proxy_logprobs": "Lp-Reg's proxy (the old policy's min-p filtered, renormalised next-token distribution) needs the "
+    "whole vocabulary in the old-log-prob pass, which this trainer does not compute; use rlstab's embedded trainer, or "
+    "compute it there with rlstab.clipping.lp_reg.min_p_proxy_logprobs and call the compiled objective yourself",
+}
+
+
 def unsupplied(objective, advice: Mapping[str, str], *, reported: Iterable[str] = ()) -> list[str]:
     """One problem line per component that reads a ``TokenBatch`` field the trainer does not supply.
 
-    ``advice``: field -> why the trainer lacks it and what to do instead. ``reported``: component
+    ``advice``: field -> why the trainer lacks it and what to do instead (``NO_ADAPTER_SUPPLIES`` is
+    added: fields no adapter's trainer computes). ``reported``: component
     labels another check already refused (a regulariser the trainer adds itself), left out here.
     """
     plan, reported = objective.plan(), set(reported)
+    advice = {**NO_ADAPTER_SUPPLIES, **advice}
     return [
         f"{who} reads TokenBatch.{field}: {why}"
         for field, why in advice.items()

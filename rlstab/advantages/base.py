@@ -105,8 +105,9 @@ class AdvantageEstimator(Component):
 
     def sequence_inputs(self, t) -> dict[str, torch.Tensor]:
         """Per-response values of one micro-batch (a [`Tokens`][rlstab.tokens.Tokens]) that ``fit`` needs beyond the
-        rewards, group ids and lengths, ``[B]`` each (VCPO's gradient weights); they are concatenated over
-        every micro-batch and rank. None by default."""
+        rewards, group ids and lengths, ``[B]`` each (VCPO's gradient weights), or ``[B, T]`` (a token-level
+        estimator's per-position values: padded with zeros on the right to the step's widest ``T``); they are
+        concatenated over every micro-batch and rank. None by default."""
         return {}
 
     def step_metrics(self, stats: object) -> dict[str, float]:
@@ -118,6 +119,17 @@ class AdvantageEstimator(Component):
     ) -> torch.Tensor:
         """``[B]`` advantages of one micro-batch's responses, 0 on padding rows (``responses`` False)."""
         raise NotImplementedError
+
+    def micro_batch_advantages(
+        self, stats: object, t, rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Advantages of one micro-batch ``t`` (a [`Tokens`][rlstab.tokens.Tokens]): what the compiled loss trains on.
+
+        ``[B]`` per response (by default ``apply``), or ``[B, T]`` per token for an estimator whose
+        baseline depends on the position (the optimal token baseline), which overrides this; 0 on
+        padding rows, and on padding tokens for a ``[B, T]`` result.
+        """
+        return self.apply(stats, rewards, group_ids, responses)
 
 
 def zero_padding_rows(advantages: torch.Tensor, responses: torch.Tensor | None) -> torch.Tensor:

@@ -10,6 +10,22 @@ from rlstab.advantages.base import AdvantageEstimator, GroupTable, zero_padding_
 from rlstab.lazy import torch
 
 
+def whitening_stats(x: torch.Tensor, lengths: torch.Tensor, responses: torch.Tensor | None = None):
+    """``(mean, var)`` of per-response values ``x`` over every valid token: each response weighs its length.
+
+    ``mean = sum L x / N``, ``var = sum L (x - mean)^2 / (N - 1)``, ``N = sum L``: veRL's ``masked_whiten``
+    of a value broadcast over the response's tokens (unbiased variance). Padding rows (``responses``
+    False) are left out whatever ``x`` holds there (0 * NaN is NaN, so they are replaced first).
+    """
+    if responses is not None:
+        x = torch.where(responses, x, 0.0)
+    w = lengths.to(torch.float32)
+    n = w.sum()
+    mean = (w * x).sum() / n.clamp(min=1)
+    var = (w * (x - mean) ** 2).sum() / (n - 1).clamp(min=1)
+    return mean, var
+
+
 class ReinforcePP(AdvantageEstimator):
     r"""REINFORCE++ (Hu, arXiv 2501.03262): returns whitened over every valid token of the step.
 
@@ -22,6 +38,12 @@ class ReinforcePP(AdvantageEstimator):
 
     as veRL's ``masked_whiten`` (unbiased variance, ``eps = 1e-8``). Padding rows (responses
     without a response token) have $L_i = 0$, stay out of the group means too, and get A = 0.
+
+    veRL 0.9.1's estimators, exactly (tests/adapters/verl/test_advantage_conformance.py):
+    ``reinforce_plus_plus`` (gamma 1, an outcome reward) is the default; ``reinforce_plus_plus_baseline``
+    (``compute_reinforce_plus_plus_baseline_outcome_advantage``) is ``subtract_group_mean: true``,
+    a group of one subtracting 0. Step scope: the group means and the whitening span every
+    micro-batch and rank of the step; veRL's span its training batch.
     """
 
     kind: Literal["reinforce_pp"] = "reinforce_pp"
@@ -36,12 +58,7 @@ class ReinforcePP(AdvantageEstimator):
         if self.subtract_group_mean:
             table = GroupTable.fit(rewards, group_ids, responses)
             x = x - table.rows(group_ids, responses)[0]
-        if responses is not None:  # a padding row has length 0, but 0 * NaN is NaN
-            x = torch.where(responses, x, 0.0)
-        w = lengths.to(torch.float32)
-        n = w.sum()
-        mean = (w * x).sum() / n.clamp(min=1)
-        var = (w * (x - mean) ** 2).sum() / (n - 1).clamp(min=1)
+        mean, var = whitening_stats(x, lengths, responses)
         return table, mean, var
 
     def apply(self, stats, rewards, group_ids, responses=None):

@@ -1,11 +1,11 @@
-"""The PPO clipped surrogate with asymmetric bounds (clip-higher) and dual-clip."""
+"""The PPO clipped surrogate with asymmetric bounds (clip-higher), dual-clip and two-sided clipping (delta)."""
 
 from __future__ import annotations
 
 import math
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from rlstab.clipping.base import Surrogate, SurrogateResult, indicator, unclamped
 from rlstab.lazy import torch
@@ -27,11 +27,25 @@ class PPOClip(Surrogate):
       ``-c A``, so a huge ratio on a bad token cannot blow the update up. veRL's default is
       ``c = 3`` (always on); DAPO's scripts use 10; ``null`` turns it off.
 
-    Defaults ``eps_low = eps_high = 0.2`` (PPO), ``dual_clip = null``.
+    - Two-sided clipping (``delta``; INTELLECT-2, arXiv 2505.07291, section 4.1; TRL 1.16's
+      ``GRPOConfig.delta``, ``trl/trainer/grpo_trainer.py`` ``GRPOTrainer._compute_loss``: ``coef_1 =
+      torch.clamp(coef_1, max=self.args.delta)`` before the min): the unclipped branch's ratio is
+      capped at $\delta$ too,
+
+      $$l = \max\bigl(-A \min(r, \delta),\; -A\,\mathrm{clip}(r, 1-\epsilon_{low}, 1+\epsilon_{high})\bigr),$$
+
+      i.e. for $A > 0$: $l = -A \min(r, 1+\epsilon_{high}, \delta)$, and for $A < 0$:
+      $l = -A\,\mathrm{clip}(r, 1-\epsilon_{low}, \max(\delta, 1+\epsilon_{high}))$. With
+      $\delta > 1 + \epsilon_{high}$ (TRL's recommendation; INTELLECT-2 trains with
+      $\delta = 4$, $\epsilon = 0.2$, section 4.1) this is exactly dual-clip with $c = \delta$; a smaller $\delta$ also lowers the
+      upper bound of positive-advantage tokens to $\delta$, as TRL computes. ``delta`` and
+      ``dual_clip`` bound the same branch: set one of them.
+
+    Defaults ``eps_low = eps_high = 0.2`` (PPO), ``dual_clip = null``, ``delta = null``.
 
     Metrics: ``clip/high_fraction`` (A > 0, r > 1 + eps_high), ``clip/low_fraction`` (A < 0,
     r < 1 - eps_low) — the tokens whose gradient the clip removes — and ``clip/dual_fraction``
-    (A < 0, r > c), as fractions of valid tokens.
+    (A < 0, r > c, or r > max(delta, 1 + eps_high) with ``delta``), as fractions of valid tokens.
     """
 
     kind: Literal["ppo_clip"] = "ppo_clip"
@@ -41,20 +55,42 @@ class PPOClip(Surrogate):
     """Upper clip range: r is clipped above at 1 + eps_high."""
     dual_clip: float | None = Field(None, gt=1.0)
     """Dual-clip constant c (> 1) bounding the loss of negative-advantage tokens by -c A; null: off."""
+    delta: float | None = Field(None, gt=0.0)
+    """Two-sided clipping (TRL's ``delta``): the ratio of the unclipped branch is capped at delta; null: off."""
 
     @model_validator(mode="after")
     def _dual_clip_above_clip_range(self):
         if self.dual_clip is not None and self.dual_clip <= 1.0 + self.eps_high:
             raise ValueError(f"dual_clip ({self.dual_clip}) must exceed 1 + eps_high ({1.0 + self.eps_high})")
+        if self.dual_clip is not None and self.delta is not None:
+            raise ValueError(
+                f"dual_clip ({self.dual_clip}) and delta ({self.delta}) both bound the ratio of negative-advantage "
+                "tokens; set one (delta > 1 + eps_high is dual_clip = delta)"
+            )
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset_delta(self, handler):
+        # delta came later: absent while unset, so an objective keeps its fingerprint (and lab folders resume)
+        data = handler(self)
+        if self.delta is None and isinstance(data, dict):
+            data.pop("delta", None)
+        return data
+
+    def _bounds(self) -> tuple[float, float, float]:
+        """``(lower, upper for A > 0, upper for A < 0)`` of the ratio's clip interval."""
+        upper, lower = 1.0 + self.eps_high, 1.0 - self.eps_low
+        if self.delta is not None:
+            return lower, min(upper, self.delta), max(upper, self.delta)
+        return lower, upper, (math.inf if self.dual_clip is None else self.dual_clip)
 
     def evaluate(self, t: Tokens, weight: torch.Tensor, step=None) -> SurrogateResult:
         r, adv = t.ratio, t.advantage_rows  # adv: [B, 1] (one per response) or [B, T]
-        upper, lower = 1.0 + self.eps_high, 1.0 - self.eps_low
-        dual = math.inf if self.dual_clip is None else self.dual_clip
+        lower, upper, dual = self._bounds()
         # Each token's clip interval: A > 0: r <= 1+eh.  A < 0: 1-el <= r <= c.  (r > 0 always.)
         # One clamp with per-response bounds is the active branch of the max (and of the dual min):
         # A > 0: l = -A min(r, 1+eh).  A < 0: l = -A clamp(r, 1-el, c).  A = 0: l = 0.
+        # With delta: A > 0: upper = min(1+eh, delta); A < 0: c = max(1+eh, delta) (see the docstring).
         lo = torch.where(adv > 0, 0.0, lower)
         hi = torch.where(adv < 0, dual, upper)
         r_clip = torch.clamp(r, min=lo, max=hi)
@@ -75,10 +111,10 @@ class PPOClip(Surrogate):
             active = active.reshape(-1)
             high, out_neg = pos.sum() - torch.dot(pos, active), neg.sum() - torch.dot(neg, active)
         counts = {"clip/high_fraction": high}
-        if self.dual_clip is None:
+        if math.isinf(dual):
             counts["clip/low_fraction"] = out_neg
         else:
-            above = indicator(torch.gt, r, self.dual_clip).mul_(t.valid)
+            above = indicator(torch.gt, r, dual).mul_(t.valid)
             if adv.shape[-1] == 1:
                 n_dual = torch.dot(neg[:, 0], above.sum(-1))
             else:
@@ -91,6 +127,9 @@ class PPOClip(Surrogate):
         s = f"ppo_clip: l = max(-A r, -A clip(r, {1 - self.eps_low:g}, {1 + self.eps_high:g}))"
         if self.dual_clip is not None:
             s += f"; for A < 0, l = min(l, -{self.dual_clip:g} A) (dual-clip)"
+        if self.delta is not None:
+            s = (f"ppo_clip: l = max(-A min(r, {self.delta:g}), -A clip(r, {1 - self.eps_low:g}, {1 + self.eps_high:g}))"
+                 " (two-sided clip, delta)")
         return s
 
 

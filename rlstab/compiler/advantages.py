@@ -39,11 +39,28 @@ def fit_step_advantages(objective: Objective, tokens: list[Tokens], comm: Comm) 
     ])).reshape(-1, 2)
     lengths, has_tokens = rows[:, 0], rows[:, 1] > 0
     parts = [est.sequence_inputs(t) for t in tokens]
-    inputs = {name: comm.cat(torch.cat([p[name] for p in parts])) for name in (parts[0] if parts else {})}
+    inputs = {name: step_values([p[name] for p in parts], comm, len(rewards)) for name in (parts[0] if parts else {})}
     state = est.fit(rewards, group_ids, lengths, has_tokens, **inputs)
     for t in tokens:
-        t.set_advantages(est.apply(state, shaped_rewards(objective, t.batch), group_ids_of(t.batch), responses(t.batch)))
+        shaped = shaped_rewards(objective, t.batch)
+        t.set_advantages(est.micro_batch_advantages(state, t, shaped, group_ids_of(t.batch), responses(t.batch)))
     return state
+
+
+def step_values(values: list[torch.Tensor], comm: Comm, rows: int) -> torch.Tensor:
+    """One estimator input of every micro-batch and rank, concatenated along the responses.
+
+    ``[B]`` values give ``[N]``; ``[B, T]`` values (a token-level estimator's) give ``[N, T_max]``,
+    each padded with zeros on the right to the widest ``T`` of the step (under torch.distributed a
+    max over the ranks, read on the host: one synchronisation).
+    """
+    if values[0].dim() == 1:
+        return comm.cat(torch.cat(values))
+    width = max(v.shape[1] for v in values)
+    if comm.distributed:
+        width = int(comm.max(torch.tensor(width, device=values[0].device)))
+    padded = torch.cat([torch.nn.functional.pad(v, (0, width - v.shape[1])) for v in values])
+    return comm.cat(padded.reshape(-1)).reshape(rows, width)  # ``rows``: the step's responses, every rank's
 
 
 def set_micro_batch_advantages(objective: Objective, t: Tokens, step: StepStats) -> None:
@@ -53,7 +70,8 @@ def set_micro_batch_advantages(objective: Objective, t: Tokens, step: StepStats)
         if batch.advantages is not None:
             raise BatchError("the step's advantages were estimated, but this micro-batch carries its own")
         rewards = shaped_rewards(objective, batch)
-        t.set_advantages(objective.advantage.apply(step.advantage, rewards, group_ids_of(batch), responses(batch)))
+        t.set_advantages(objective.advantage.micro_batch_advantages(step.advantage, t, rewards, group_ids_of(batch),
+                                                                    responses(batch)))
     else:
         if batch.advantages is None:
             raise BatchError("the step was gathered from batches with advantages; this one has none")

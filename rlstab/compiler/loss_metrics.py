@@ -70,8 +70,11 @@ def loss_metrics(
         out.add(f"reweight/{label}/mean", reweighted / terms.n_kept.clamp(min=1.0), "token_mean")
         for name, v in reweighter.step_metrics(value).items():
             out.add(f"reweight/{label}/{name}", v, "step")
-    for name, v in obj.surrogate.step_metrics(step.hooks[-1]).items():
+    for name, v in obj.surrogate.step_metrics(step.hooks[len(obj.reweighters)]).items():
         out.add(f"surrogate/{name}", v, "step")
+    for label, reg, value in zip(plan.regulariser_labels, obj.regularisers, step.hooks[len(obj.reweighters) + 1:]):
+        for name, v in reg.step_metrics(value).items():
+            out.add(f"regulariser/{label}/{name}", v, "step")
     out.add("loss/policy", terms.policy, "sum")
     for label, value in zip(plan.regulariser_labels, terms.regularisers):
         out.add(f"loss/{label}", value, "sum")

@@ -84,16 +84,16 @@ class LossPhase:
             factor = reweighter.weights(t, value)  # [B, T] or [B, 1]
             weight = weight * factor
             reweighted.append((kept * factor).sum())
-        result = obj.surrogate.evaluate(t, weight, step.hooks[-1])
+        result = obj.surrogate.evaluate(t, weight, step.hooks[len(obj.reweighters)])
         loss = result.loss
         if batch.logprobs.requires_grad:
             loss = _PrecomputedGrad.apply(batch.logprobs, result.loss, result.grad)
         regularisers = []
         if obj.regularisers:
             reg_weight = t.valid * _scale(obj, self.regulariser_aggregation, step, t, t.valid.sum(-1))
-            for reg in obj.regularisers:
+            for reg, hook in zip(obj.regularisers, step.hooks[len(obj.reweighters) + 1:]):
                 value = (reg.term(batch, t) * reg_weight).sum()
-                loss = loss + reg.coef * value
+                loss = loss + reg.coefficient(hook) * value
                 regularisers.append(value.detach())
         return LossTerms(loss, result.loss, result.counts, reweighted, regularisers, kept.sum())
 

@@ -32,7 +32,7 @@ class Plan:
             step level reads (the advantage estimator's own inputs are not in it: it runs only for
             batches without advantages).
         stateful: the components with step-level behaviour, in ``StepStats.hooks`` order: every
-            reweighter, then the surrogate.
+            reweighter, then the surrogate, then every regulariser.
         training_batch: those of them whose state moves once per training batch.
         per_micro_batch: components that compute their statistics within each micro-batch.
         rejections: indices of the masks whose rejected tokens become padding (``acts_on_valid``).
@@ -66,7 +66,7 @@ class Plan:
         step_level += [(f"{name} ({getattr(o, name).kind})", getattr(o, name))
                        for name in ("group_filter", "lr_scale", "dual_stream") if getattr(o, name) is not None]
         readers = masks + shadows + reweighters + [surrogate] + regularisers + step_level
-        hooked = reweighters + [surrogate]
+        hooked = reweighters + [surrogate] + regularisers
         return cls(
             mask_labels=component_labels([m.kind for m in o.masks]),
             reweighter_labels=component_labels([w.kind for w in o.reweighters]),
@@ -74,7 +74,8 @@ class Plan:
             reads=tuple((who, field) for who, c in readers for field in sorted(c.reads)),
             stateful=tuple(label for label, _ in hooked),
             training_batch=tuple(label for label, c in hooked if c.state_cadence() == "training_batch"),
-            per_micro_batch=tuple(label for label, c in masks + shadows + hooked if _selection(c) == "micro_batch"),
+            per_micro_batch=tuple(label for label, c in masks + shadows + reweighters + [surrogate]
+                                  if _selection(c) == "micro_batch"),
             rejections=tuple(i for i, m in enumerate(o.masks) if getattr(m, "acts_on_valid", False)),
             shadow_labels=shadow_labels(o),
             matches=tuple(_slot(o, m.match) if getattr(m, "counted", False) else None for _, m in mask_slots(o)),

@@ -1,9 +1,10 @@
 """The state of an objective's stateful components (STARE's controller, BAPO's bounds), and the one
 loop that takes their step: ``gather``'s begin-step and ``begin_training_batch`` alike.
 
-Each component with step-level behaviour (every reweighter, then the surrogate: the plan's
+Each component with step-level behaviour (every reweighter, then the surrogate, then every regulariser: the plan's
 ``stateful``, in ``StepStats.hooks`` order) turns the step's sums into a step value and its next
-state: ``value, after = component.begin_step(sum over micro-batches and ranks of step_sums(t), before)``.
+state: ``value, after = component.begin_step(component.step_totals(tokens, comm), before)``, by default
+the sum over micro-batches and ranks of ``step_sums(t)`` (M2PO's cut is an order statistic instead).
 A step's updates are pending until the step succeeded, so a gather that raises moves nothing.
 """
 
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from rlstab.comm import Comm
 from rlstab.errors import StateError
-from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class ComponentStates:
     """
 
     def __init__(self, objective: Objective, labels: Iterable[str]):
-        hooked = list(objective.reweighters) + [objective.surrogate]
+        hooked = list(objective.reweighters) + [objective.surrogate] + list(objective.regularisers)
         self.components = dict(zip(labels, hooked, strict=True))
         self.states = {label: c.initial_state() for label, c in self.components.items()}
         self.step_start = dict(self.states)
@@ -84,8 +84,7 @@ class ComponentStates:
                 values[label] = self.batch_values[label]
                 continue
             component = self.components[label]
-            parts = [component.step_sums(t) for t in tokens]
-            sums = comm.sum(torch.stack(parts).sum(0)) if tokens and parts[0] is not None else None
+            sums = component.step_totals(tokens, comm)
             before = self.states[label] if update_state else self.step_start.get(label, self.states[label])
             values[label], after = component.begin_step(sums, before)
             if update_state:

@@ -19,7 +19,7 @@ class StepStats:
             tuple of them (each or None) for a mask whose ``quantile_request`` returns a list of
             requests; ``(m, n, cut)`` for a counted mask (``random_silence``).
         advantage: the fitted estimator state, or None when the batches carried advantages.
-        hooks: one step value per reweighter, then one for the surrogate (``begin_step``'s result).
+        hooks: one step value per reweighter, then one for the surrogate, then one per regulariser (``begin_step``'s result).
         branch_counts: with ``dual_stream``, the denominators of the branch stream's rows; those of
             the main stream are ``counts`` less these. None otherwise.
         step_level: the step-level decisions (groups dropped by dynamic sampling, the ESS scale).

@@ -9,6 +9,7 @@ It sits with the loader, its one user besides the lab's regime files, above the 
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -82,7 +83,7 @@ def describe_validation_error(err: ValidationError, data: Any) -> list[str]:
         elif kind == "union_tag_invalid":
             ctx = e.get("ctx", {})
             problems.append(
-                f"{path}.kind = {short(ctx.get('tag'))}: unknown kind; allowed: {ctx.get('expected_tags')}"
+                f"{path}.kind = {short(ctx.get('tag'))}: unknown kind; {_allowed(e['loc'], ctx)}"
                 + _why_unknown(e["loc"], ctx.get("tag"))
             )
         elif kind == "union_tag_not_found":
@@ -97,6 +98,23 @@ def describe_validation_error(err: ValidationError, data: Any) -> list[str]:
             else:  # the alternatives of a union, on one line
                 problems[same] += f"; or {msg[0].lower()}{msg[1:]}"
     return [p + hints.get(i, "") for i, p in enumerate(problems)]
+
+
+_LISTED_KINDS = 8
+"""A family with more kinds than this is not listed in full: the closest ones are named instead."""
+
+
+def _allowed(loc: tuple, ctx: dict) -> str:
+    """``allowed: 'a', 'b'`` for a small family; else the kinds closest to the unknown one and where to see them all."""
+    tags = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+    if len(tags) <= _LISTED_KINDS:
+        return f"allowed: {ctx.get('expected_tags')}"
+    family = loc[0] if loc and loc[0] in FAMILIES else None
+    tag = ctx.get("tag")
+    close = difflib.get_close_matches(tag, tags, n=3, cutoff=0.7) if isinstance(tag, str) else []
+    listing = f"`rlstab components --family {family}`" if family else "`rlstab components`"
+    guess = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+    return f"{guess}{listing} lists its {len(tags)} kinds"
 
 
 def _why_unknown(loc: tuple, kind: Any) -> str:

@@ -69,12 +69,14 @@ class IcePop(RolloutMask):
     tokens stay in the $1/\sum_i|y_i|$ denominator, as in IcePop's objective and veRL.
 
     The ratio is compared as veRL does: $k = \exp(\mathrm{clamp}(\log r, -20, 20))$ against the
-    bounds, both inclusive.
+    bounds, both inclusive. ``low: 0`` keeps every ratio up to $\beta$: TRL 1.16's ``token_mask``
+    importance-sampling mode with its default ``vllm_importance_sampling_clip_min = None`` (see
+    [`TruncatedIS`][rlstab.reweighters.TruncatedIS] for all four TRL modes).
     """
 
     kind: Literal["icepop"] = "icepop"
-    low: float = Field(0.5, gt=0.0)
-    """alpha: the lowest train/inference ratio kept."""
+    low: float = Field(0.5, ge=0.0)
+    """alpha: the lowest train/inference ratio kept (0: no lower bound)."""
     high: float = Field(5.0, gt=0.0)
     """beta: the highest train/inference ratio kept."""
     rejected: Rejected = "masked"
@@ -129,6 +131,11 @@ class RolloutRejection(RolloutMask):
     agree for symmetric bands (``low = 1/high``, veRL's single-number form and its [0.5, 2] preset).
     veRL's sequence mean divides by ``n + 1e-8``; rlstab by ``n``.
 
+    TRL 1.16's ``sequence_mask`` importance-sampling mode is ``sequence_sum`` k1 with ``low`` =
+    ``vllm_importance_sampling_clip_min`` (0 when None: no lower bound), ``high`` =
+    ``vllm_importance_sampling_clip_max`` and ``rejected: masked`` (TRL zeroes the weight, the
+    token stays in its denominators); its ``token_mask`` mode is ``token`` k1 the same way.
+
     ``rejected: padding`` (default, veRL): rejected tokens leave every denominator.
     """
 
@@ -139,8 +146,8 @@ class RolloutRejection(RolloutMask):
     """k1: log-ratio band; k2: 0.5 (log r)^2; k3: r - 1 - log r."""
     high: float = Field(gt=0.0)
     """Upper bound: on the ratio (k1) or on the divergence (k2, k3). Required, as in veRL."""
-    low: float | None = Field(None, gt=0.0)
-    """k1 only: the lowest ratio kept; null means 1/high."""
+    low: float | None = Field(None, ge=0.0)
+    """k1 only: the lowest ratio kept; null means 1/high; 0: no lower bound (TRL's ``clip_min = None``)."""
 
     @model_validator(mode="after")
     def _bounds(self):
@@ -152,7 +159,7 @@ class RolloutRejection(RolloutMask):
 
     def _band(self) -> tuple[float, float]:
         low = 1.0 / self.high if self.low is None else self.low
-        return math.log(low), math.log(self.high)
+        return (math.log(low) if low > 0 else -math.inf), math.log(self.high)
 
     def _statistic(self, log_ratio: torch.Tensor) -> torch.Tensor:
         if self.divergence == "k1":

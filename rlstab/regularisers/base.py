@@ -11,15 +11,24 @@ from __future__ import annotations
 from pydantic import Field
 
 from rlstab.batch import TokenBatch
-from rlstab.components import Component
+from rlstab.components import Component, StepHook
 from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 
-class Regulariser(Component):
-    """Base class of regularisers (``regularisers:`` in an objective)."""
+class Regulariser(StepHook, Component):
+    """Base class of regularisers (``regularisers:`` in an objective).
+
+    A regulariser with step-level behaviour (``adaptive_entropy``'s controller) is a
+    [`StepHook`][rlstab.components.StepHook] like a stateful reweighter: its step value reaches
+    ``coefficient``, which gives the coefficient the step applies.
+    """
 
     coef: float = Field(allow_inf_nan=False, description="Coefficient of the term in the loss (finite).")
+
+    def coefficient(self, step: object = None) -> float:
+        """The coefficient this step applies (``step``: the value of ``begin_step``); ``coef`` unless step-level."""
+        return self.coef
 
     def term(self, batch: TokenBatch, t: Tokens) -> torch.Tensor:
         """``[B, T]`` float32 per-token term, with gradient; the loss adds ``coef * Agg(term)``."""

@@ -19,6 +19,9 @@ What the values are made to exercise:
   (IcePop, rejection and veto masks fire);
 - four prompt groups, binary rewards, group 0 all rewarded (a group dynamic sampling drops);
 - ``is_branch`` on whole groups (2 and 3), positive gradient norms;
+- three reward dimensions (``reward_components``) on different scales, each of three levels;
+- ``sum_pi_squared`` between its bounds given the old policy's probability of the sampled token;
+- ``proxy_logprobs`` (Lp-Reg's min-p proxy) at or above the old log-prob, 10% filtered out (-1e4);
 - padding positions hold finite random values, not zeros: a component that reads padding sees
   values that differ from the ones the padding check puts there.
 """
@@ -34,7 +37,7 @@ from rlstab.lazy import torch
 # What the kit knows how to draw, and what every loss needs whatever its components declare.
 DRAWN = (
     "old_logprobs", "entropy", "rollout_logprobs", "ref_logprobs", "rewards", "group_ids", "grad_sq_norms",
-    "is_branch", "advantages",
+    "is_branch", "advantages", "reward_components", "sum_pi_squared", "proxy_logprobs",
 )
 ALWAYS = ("logprobs", "response_mask", "old_logprobs")
 DIFFERENTIABLE = ("logprobs", "entropy")  # the fields whose gradients the checks compare
@@ -99,6 +102,16 @@ def make_batch(
     }
     sequence_advantages = torch.randn(B, generator=g)
     token_advantages = torch.randn(B, T, generator=g)
+    # drawn last, so that adding it changed no other field's values: three reward dimensions on different scales
+    drawn["reward_components"] = torch.randint(0, 3, (B, 3), generator=g).float() * torch.tensor([1.0, 0.5, 10.0])
+    # drawn after it, likewise: sum_v pi(v)^2 >= pi(y)^2 (the sampled token's own term) and <= pi(y)^2 + (1 - pi(y))^2
+    p_old = old.exp()
+    drawn["sum_pi_squared"] = p_old**2 + torch.rand(B, T, generator=g) * (1.0 - p_old) ** 2
+    # drawn after it, likewise: Lp-Reg's min-p proxy, the old log-prob renormalised over a kept mass in [e^-0.5, 1],
+    # and 10% of tokens filtered out (about -1e4, as the authors' -1e4 logit gives)
+    kept_mass = torch.rand(B, T, generator=g) * 0.5
+    filtered = torch.rand(B, T, generator=g) < 0.1
+    drawn["proxy_logprobs"] = torch.where(filtered, -1e4, old + kept_mass)
     if advantages == "sequence":
         drawn["advantages"] = sequence_advantages
     elif advantages == "token":

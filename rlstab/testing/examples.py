@@ -25,31 +25,49 @@ BUILTIN = "rlstab"
 
 def builtin_components() -> list:
     """Example instances of rlstab's own kinds, at least one per kind (each a fresh instance)."""
+    from rlstab.advantages.gdpo import GDPO
     from rlstab.advantages.given import Given
+    from rlstab.advantages.gpg import GPG
     from rlstab.advantages.group import GRPO, RLOO
+    from rlstab.advantages.grpo_passk import GRPOPassK
+    from rlstab.advantages.maxrl import MaxRL
+    from rlstab.advantages.opo import OPO
     from rlstab.advantages.opob import OffPolicyOptimalBaseline
+    from rlstab.advantages.optimal_token_baseline import MultiTurnOptimalTokenBaseline, OptimalTokenBaseline
     from rlstab.advantages.reinforce_pp import ReinforcePP
     from rlstab.aggregation import SeqMeanTokenMean, SeqMeanTokenSum, SeqMeanTokenSumNorm, TokenMean, TokenSum
     from rlstab.clipping.aspo import ASPO
     from rlstab.clipping.bapo import BAPO
+    from rlstab.clipping.cfpo import CFPO
     from rlstab.clipping.cispo import CISPO
     from rlstab.clipping.clip_cov import ClipCov
     from rlstab.clipping.dppo import DPPOBinaryKL, DPPOBinaryTV
+    from rlstab.clipping.dro import DRO
+    from rlstab.clipping.gmpo import GMPO
+    from rlstab.clipping.gppo import GPPO
     from rlstab.clipping.gspo import GSPO
     from rlstab.clipping.kl_cov import KLCov
+    from rlstab.clipping.lp_reg import LpReg
+    from rlstab.clipping.m2po import M2PO
     from rlstab.clipping.maspo import MASPO
     from rlstab.clipping.ppo import NoClip, PPOClip
+    from rlstab.clipping.reinforce import Reinforce
     from rlstab.clipping.sapo import SAPO
+    from rlstab.clipping.topr import TOPR
     from rlstab.exploration.deep_grpo import DeepGRPO
     from rlstab.exploration.dual_stream import DualStream
+    from rlstab.masks.bypass import BypassRejection
     from rlstab.masks.entropy_quantile import EntropyQuantile
     from rlstab.masks.expression import Expression
     from rlstab.masks.lopti import Lopti
+    from rlstab.masks.off_policy_sequence import OffPolicySequence
     from rlstab.masks.random_silence import RandomSilence
     from rlstab.masks.rollout import IcePop, RolloutRejection, RolloutVeto
     from rlstab.masks.s2t import S2T, LowProbability
+    from rlstab.regularisers.adaptive_entropy import AdaptiveEntropy
     from rlstab.regularisers.entropy_bonus import EntropyBonus
     from rlstab.regularisers.kl import KLPenalty
+    from rlstab.reweighters.decoupled_ppo import DecoupledPPO
     from rlstab.reweighters.low_probability import LowProbabilityReweight
     from rlstab.reweighters.stare import STARE
     from rlstab.reweighters.tis import TruncatedIS
@@ -61,22 +79,42 @@ def builtin_components() -> list:
     return [
         # advantage
         GRPO(), RLOO(), ReinforcePP(), OffPolicyOptimalBaseline(), Given(),
+        GPG(), GPG(alpha="nonzero_rewards"), OPO(), GRPOPassK(), GRPOPassK(k=2),  # issue 31, H2
+        GDPO(), GDPO(weights=[1.0, 2.0, 0.5]), GDPO(source="rewards"),  # issue 31, H2
+        OptimalTokenBaseline(), OptimalTokenBaseline(zero_tail=False), MultiTurnOptimalTokenBaseline(),  # issue 31, H3
+        MaxRL(), MaxRL(divide_by_group_size=False),  # issue 31, H6
         # masks
         S2T(), LowProbability(), EntropyQuantile(), EntropyQuantile(rho=0.5, side="bottom"),
         Expression(silence="advantage > 0 and probability < 0.002 and entropy < quantile(entropy, 0.8)"),
         IcePop(), RolloutRejection(high=2.0), RolloutRejection(level="sequence_max", divergence="k2", high=0.5, rejected="masked"),
         RolloutVeto(threshold=0.05), Lopti(), Lopti(phase="high"), RandomSilence(fraction=0.3),
+        OffPolicySequence(threshold=0.05), OffPolicySequence(threshold=0.05, behaviour="old"),  # issue 31, H4
+        IcePop(low=0.0, high=2.0),  # issue 31, H4: TRL's token_mask without a lower bound
+        BypassRejection(high=2.0), BypassRejection(level="sequence_mean", divergence="k3", high=0.05, rejected="padding"),  # H1
         # reweighters
         LowProbabilityReweight(), TruncatedIS(), TruncatedIS(level="sequence", cap=1.5),
         STARE(variant="C2", adaptive=True, alpha=0.05, target_entropy=1.0),
+        TruncatedIS(floor=0.8, cap=1.5),  # issue 31, H4: TRL's *_truncate with clip_min
+        DecoupledPPO(cap=2.0), DecoupledPPO(cap=2.0, above_cap="clamp"),  # issue 31, H6: a cap that binds on the kit's batch
         # surrogate
         PPOClip(), PPOClip(eps_high=0.28, dual_clip=3.0), NoClip(), GSPO(), SAPO(), CISPO(), ASPO(), DPPOBinaryTV(),
         DPPOBinaryKL(), ClipCov(fraction=0.02, seed=0), KLCov(fraction=0.02), MASPO(), BAPO(),
+        PPOClip(eps_high=0.28, delta=1.1),  # issue 31, H4: delta below 1 + eps_high (caps A > 0 too)
+        CFPO(),  # issue 31, H6
+        M2PO(), M2PO(rule="remove", population="valid", threshold=0.005),  # issue 31, H5
+        TOPR(), TOPR(ratio_level="sequence", negative_weight=0.5),  # issue 31, H5
+        GPPO(), GPPO(eps_high=0.2, beta_low=0.75),  # issue 31, H5 (GPPO; CE-GPPO)
+        LpReg(negative_fraction=0.2, positive_fraction=0.1, eps_low=0.2, eps_high=0.28),  # issue 31, H5
+        Reinforce(), Reinforce(is_weight="token", is_cap=1.5), Reinforce(is_weight="sequence"),  # issue 31, H1
+        GMPO(), GMPO(eps_low=0.1, eps_high=0.2), DRO(), DRO(beta=0.5),  # issue 31, H1
         # aggregation
         TokenMean(count="kept"), TokenMean(count="valid"), TokenSum(count="valid"), SeqMeanTokenMean(count="kept"),
         SeqMeanTokenSum(count="valid"), SeqMeanTokenSumNorm(count="kept"), SeqMeanTokenSumNorm(count="valid", norm=16),
         # regularisers
         EntropyBonus(coef=0.1), KLPenalty(coef=0.1),
+        # issue 31, H4: the controller on both sides of a target near the kit's mean entropy (1)
+        AdaptiveEntropy(coef=0.1, delta=0.05, coef_max=0.5, target_entropy=1.0, measure="entropy"),
+        AdaptiveEntropy(coef=0.1, delta=0.05, coef_max=0.5, target_entropy=1.0, boundary="at_or_below", first_step="off"),
         # step level
         OverlongPenalty(max_length=20, buffer=8), DynamicSampling(), ESSLearningRateScale(), DualStream(branch_weight=0.5),
         # trainer executed

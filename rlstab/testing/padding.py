@@ -14,7 +14,7 @@ checks before the components see it; finite padding (1e38) reaches them as it is
 
 from __future__ import annotations
 
-from rlstab.batch import TokenBatch
+from rlstab.batch import SEQUENCE_MATRIX_FIELDS, TokenBatch
 from rlstab.lazy import torch
 from rlstab.testing.batches import DIFFERENTIABLE, advantage_modes, leaves, make_batch, take, tensors
 from rlstab.testing.compare import assert_close, assert_grads_close
@@ -49,7 +49,7 @@ def padded(batch: TokenBatch, fills: list[float], seed: int = 0) -> TokenBatch:
         grown = torch.cat([value, torch.zeros((EXTRA_ROWS, *value.shape[1:]), dtype=value.dtype)])
         if value.is_floating_point():
             fill = values[torch.randint(len(fills), shape, generator=g)].to(value.dtype)
-            keep = mask if value.dim() == 2 else rows
+            keep = rows if value.dim() == 1 else (rows[:, None] if name in SEQUENCE_MATRIX_FIELDS else mask)
             out[name] = torch.where(keep, grown, fill)
         elif name == "group_ids":  # an id no response has, on padding rows
             out[name] = torch.where(rows, grown, 10_000 + torch.arange(B + EXTRA_ROWS, dtype=value.dtype))

@@ -37,7 +37,7 @@ from rlstab.testing.hosting import component_label, family_name, host_objective
 from rlstab.testing.report import checking
 from rlstab.testing.running import gradients
 
-HOOKED = ("reweighters", "surrogate")
+HOOKED = ("reweighters", "surrogate", "regularisers")
 STEPS = 5
 RESUME_AFTER = (1, 3)
 ENTROPY_SCALES = (0.6, 1.4, 0.5, 1.3, 0.8, 1.2)  # the step's mean entropy below and above 1, in turn

@@ -33,6 +33,7 @@ from rlstab.batch import TokenBatch
 from rlstab.compiler.loss_metrics import STEP_COUNTS
 from rlstab.lazy import torch
 from rlstab.metrics import Combines, combine
+from rlstab.regularisers import EntropyBonus
 from rlstab.step.ess import effective_sample_size
 from rlstab.trainer.branching import concat, sample_branches
 from rlstab.trainer.policy import Policy, Rollout
@@ -102,9 +103,42 @@ def _evaluate(policy: Policy, task: Task, problems: Sequence[Problem], batch_siz
 
 
 def _token_stats_no_grad(policy: Policy, rollout: Rollout, micro_batch_size: int):
+    logprobs, entropy, _ = _old_policy_pass(policy, rollout, micro_batch_size)
+    return logprobs, entropy
+
+
+def _old_policy_pass(policy: Policy, rollout: Rollout, micro_batch_size: int, sum_squares: bool = False):
+    """``(logprobs, entropy, sum_pi_squared or None)``, ``[N, T]`` each, without gradient, micro-batch by micro-batch.
+
+    ``sum_squares``: also ``sum_v pi(v)^2`` at each position (``Policy.token_distribution``), which the
+    optimal token baseline reads (``TokenBatch.sum_pi_squared``), from this same pass as veRL's
+    ``calculate_sum_pi_squared`` takes it from its old-log-prob pass.
+    """
+    rows = chunks(range(len(rollout.prompt_ids)), micro_batch_size)
     with torch.no_grad():
-        parts = [policy.token_stats(rows_slice(rollout, rows)) for rows in chunks(range(len(rollout.prompt_ids)), micro_batch_size)]
-    return torch.cat([p[0] for p in parts]).detach(), torch.cat([p[1] for p in parts]).detach()
+        if sum_squares:
+            parts = [policy.token_distribution(rows_slice(rollout, r)) for r in rows]
+        else:
+            parts = [(*policy.token_stats(rows_slice(rollout, r)), None) for r in rows]
+    squares = torch.cat([p[2] for p in parts]).detach() if sum_squares else None
+    return torch.cat([p[0] for p in parts]).detach(), torch.cat([p[1] for p in parts]).detach(), squares
+
+
+def _old_proxy_pass(policy: Policy, loss_fn: CompiledObjective, rollout: Rollout, micro_batch_size: int):
+    """``[N, T]`` Lp-Reg's proxy log-probabilities under the old policy (no gradient), or None when no
+    component reads ``TokenBatch.proxy_logprobs``; ``min_p`` is the reading component's (``lp_reg``'s)."""
+    readers = loss_fn.readers("proxy_logprobs")
+    if not readers:
+        return None
+    surrogate = loss_fn.objective.surrogate
+    if "proxy_logprobs" not in surrogate.reads:
+        raise ValueError(f"{readers} read TokenBatch.proxy_logprobs, which the embedded trainer computes only for "
+                         "the surrogate lp_reg (its min_p)")
+    min_p = surrogate.min_p
+    with torch.no_grad():
+        parts = [policy.proxy_logprobs(rows_slice(rollout, r), min_p)
+                 for r in chunks(range(len(rollout.prompt_ids)), micro_batch_size)]
+    return torch.cat(parts).detach()
 
 
 def update(
@@ -119,6 +153,8 @@ def update(
     config: TrainConfig,
     is_branch: torch.Tensor | None = None,
     meter: StepMeter | None = None,
+    sum_pi_squared: torch.Tensor | None = None,
+    proxy_logprobs: torch.Tensor | None = None,
 ) -> tuple[tuple[dict[str, float], dict[str, Combines]], float]:
     """One optimizer step on ``rollout`` through the step API; returns ((loss metrics, their kinds), grad norm).
 
@@ -130,6 +166,9 @@ def update(
     backpropagated on its own first, at the current policy (:func:`score_grad_sq_norms`).
     ``meter`` (``TrainConfig.instruments``) measures the update's mechanism after ``gather``, at the
     parameters the update's gradient is taken at, touching nothing the update reads.
+    ``sum_pi_squared`` (the old policy's, given when the objective's advantage reads it: the optimal
+    token baseline) reaches the batches as ``TokenBatch.sum_pi_squared``; ``proxy_logprobs`` (the old
+    policy's min-p proxy, given when a component reads it: Lp-Reg) as ``TokenBatch.proxy_logprobs``.
     """
     params = policy.trainable_parameters()
     current_logprobs, current_entropy = current
@@ -150,6 +189,8 @@ def update(
             group_ids=group_ids[idx],
             grad_sq_norms=None if grad_sq is None else grad_sq[idx],
             is_branch=None if is_branch is None else is_branch[idx],
+            sum_pi_squared=None if sum_pi_squared is None else sum_pi_squared[idx],
+            proxy_logprobs=None if proxy_logprobs is None else proxy_logprobs[idx],
         )
 
     state_before = loss_fn.state_dict() if meter is not None else None
@@ -158,9 +199,11 @@ def update(
         meter.measure(policy, rollout, parts, batch, current, stats, state_before)
     optimizer.zero_grad(set_to_none=True)
     metrics = []
+    # an entropy bonus (entropy_bonus, adaptive_entropy) needs the entropy's gradient
+    entropy_grad = any(isinstance(r, EntropyBonus) for r in loss_fn.objective.regularisers)
     for rows in parts:
-        logprobs, entropy = policy.token_stats(rows_slice(rollout, rows))
-        out = loss_fn(batch(rows, logprobs, entropy.detach()), step=stats)
+        logprobs, entropy = policy.token_stats(rows_slice(rollout, rows), entropy_grad=entropy_grad)
+        out = loss_fn(batch(rows, logprobs, entropy if entropy_grad else entropy.detach()), step=stats)
         out.loss.backward()
         metrics.append(out.metrics)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
@@ -241,7 +284,9 @@ def rl_step(
             group_ids = torch.cat([group_ids, n + branches.pivot_ids])
             parents = torch.cat([parents, branches.parents])
     is_branch = torch.arange(len(rewards)) >= n * G
-    old_logprobs, old_entropy = _token_stats_no_grad(policy, rollout, config.micro_batch_size)
+    squares = "sum_pi_squared" in loss_fn.objective.advantage.reads
+    old_logprobs, old_entropy, old_squares = _old_policy_pass(policy, rollout, config.micro_batch_size, squares)
+    old_proxy = _old_proxy_pass(policy, loss_fn, rollout, config.micro_batch_size)
 
     meter = None
     if config.instruments:
@@ -256,7 +301,9 @@ def rl_step(
         idx = torch.as_tensor(rows, dtype=torch.long)
         current = (old_logprobs[idx], old_entropy[idx]) if k == 0 else _token_stats_no_grad(policy, sub, config.micro_batch_size)
         metrics, grad_norm = update(policy, optimizer, loss_fn, sub, rewards[idx], group_ids[idx], old_logprobs[idx],
-                                    current, config, is_branch[idx] if loss_fn.objective.dual_stream else None, meter)
+                                    current, config, is_branch[idx] if loss_fn.objective.dual_stream else None, meter,
+                                    None if old_squares is None else old_squares[idx],
+                                    None if old_proxy is None else old_proxy[idx])
         updates.append(metrics)
         grad_norms.append(grad_norm)
 

@@ -74,11 +74,12 @@ class Policy(Protocol):
         """
         ...
 
-    def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    def token_stats(self, rollout: Rollout, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprobs, entropy)``, both ``[N, T]`` float32 over the response tokens.
 
         ``logprobs`` carries the gradient to :meth:`trainable_parameters`; ``entropy`` (of the
-        next-token distribution at each response position, at temperature 1) is detached.
+        next-token distribution at each response position, at temperature 1) is detached, unless
+        ``entropy_grad`` (an entropy bonus needs its gradient).
         """
         ...
 
@@ -87,17 +88,30 @@ class Policy(Protocol):
         detached): what the mechanism instruments need for ``||e_y - p||`` (``rlstab.trainer.mechanism``)."""
         ...
 
+    def proxy_logprobs(self, rollout: Rollout, min_p: float) -> torch.Tensor:
+        """``[N, T]`` detached log-probabilities of the response tokens under Lp-Reg's min-p proxy (``lp_reg``)."""
+        ...
+
 
 class TokenDistribution:
     """``token_stats`` and ``token_distribution`` of a policy from its one pass over the response positions,
-    ``_distribution(rollout, sum_squares) -> (logprobs, entropy, sum_squares or None)``."""
+    ``_distribution(rollout, sum_squares, min_p=None, entropy_grad=False) -> (logprobs, entropy, third)``: ``third`` is
+    ``sum_j p_j^2`` with ``sum_squares``, else with ``min_p`` Lp-Reg's proxy log-probabilities, else None."""
 
-    def token_stats(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-        logprobs, entropy, _ = self._distribution(rollout, sum_squares=False)
+    def token_stats(self, rollout: Rollout, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        if entropy_grad:
+            logprobs, entropy, _ = self._distribution(rollout, sum_squares=False, entropy_grad=True)
+        else:
+            logprobs, entropy, _ = self._distribution(rollout, sum_squares=False)
         return logprobs, entropy
 
     def token_distribution(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self._distribution(rollout, sum_squares=True)
+
+    def proxy_logprobs(self, rollout: Rollout, min_p: float) -> torch.Tensor:
+        """``[N, T]`` detached: each response token's log-probability under Lp-Reg's proxy of its next-token
+        distribution, min-p filtered and renormalised (``rlstab.clipping.lp_reg.min_p_proxy_logprobs``)."""
+        return self._distribution(rollout, sum_squares=False, min_p=min_p)[2]
 
 
 def sampled_logprob(logits: torch.Tensor, token: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from rlstab.clipping.lp_reg import min_p_proxy_logprobs
 from rlstab.lazy import torch
 from rlstab.trainer.policy import Rollout, TokenDistribution, next_token, sampled_logprob
 
@@ -259,7 +260,7 @@ class SmolLM2Policy(TokenDistribution):
             logprobs=torch.stack(logprobs, dim=1),
         )
 
-    def _distribution(self, rollout: Rollout, sum_squares: bool):
+    def _distribution(self, rollout: Rollout, sum_squares: bool, min_p: float | None = None, entropy_grad: bool = False):
         response = rollout.response_ids
         N, T = response.shape
         last, cache, keys, position = self._prefill(rollout.prompt_ids, logits=False)
@@ -272,14 +273,19 @@ class SmolLM2Policy(TokenDistribution):
             )
             hidden.append(out.last_hidden_state)
         hidden = torch.cat(hidden, dim=1)  # [N, T, D]: the state that predicts each response token
-        logprobs, entropy, squares = [], [], []
+        logprobs, entropy, thirds = [], [], []
         for rows in range(0, N, _STATS_CHUNK_ROWS):
             h = hidden[rows : rows + _STATS_CHUNK_ROWS]
             logp = torch.log_softmax(self.model.lm_head(h).float(), dim=-1)
             logprobs.append(logp.gather(-1, response[rows : rows + _STATS_CHUNK_ROWS, :, None]).squeeze(-1))
+            if entropy_grad:  # with its gradient (an entropy bonus)
+                entropy.append((logp.exp() * logp).sum(-1).neg().clamp(min=0.0))
             with torch.no_grad():
                 p = logp.exp()
-                entropy.append((p * logp).sum(-1).neg_().clamp_(min=0.0))
+                if not entropy_grad:
+                    entropy.append((p * logp).sum(-1).neg_().clamp_(min=0.0))
                 if sum_squares:
-                    squares.append((p * p).sum(-1))
-        return torch.cat(logprobs), torch.cat(entropy), torch.cat(squares) if sum_squares else None
+                    thirds.append((p * p).sum(-1))
+                elif min_p is not None:  # Lp-Reg's proxy (TokenBatch.proxy_logprobs)
+                    thirds.append(min_p_proxy_logprobs(logp, response[rows : rows + _STATS_CHUNK_ROWS], min_p))
+        return torch.cat(logprobs), torch.cat(entropy), torch.cat(thirds) if thirds else None

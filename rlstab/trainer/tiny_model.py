@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from rlstab.clipping.lp_reg import min_p_proxy_logprobs
 from rlstab.lazy import torch
 from rlstab.trainer.policy import Rollout, TokenDistribution, next_token, sampled_logprob
 
@@ -183,7 +184,7 @@ class TinyPolicy(TokenDistribution):
             logprobs=torch.stack(logprobs, dim=1),
         )
 
-    def _distribution(self, rollout: Rollout, sum_squares: bool):
+    def _distribution(self, rollout: Rollout, sum_squares: bool, min_p: float | None = None, entropy_grad: bool = False):
         prompt, real = _left_pad(rollout.prompt_ids, self.codec.pad_id)
         response = rollout.response_ids
         seq = torch.cat([prompt, response], dim=1)
@@ -195,8 +196,14 @@ class TinyPolicy(TokenDistribution):
         width, T = prompt.shape[1], response.shape[1]
         logp = torch.log_softmax(logits[:, width - 1 : width + T - 1].float(), dim=-1)
         logprobs = logp.gather(-1, response[..., None]).squeeze(-1)
+        entropy = -(logp.exp() * logp).sum(-1) if entropy_grad else None  # with its gradient (an entropy bonus)
         with torch.no_grad():
             p = logp.exp()
-            entropy = -(p * logp).sum(-1)
-            squares = (p * p).sum(-1) if sum_squares else None
-        return logprobs, entropy, squares
+            if entropy is None:
+                entropy = -(p * logp).sum(-1)
+            third = None
+            if sum_squares:
+                third = (p * p).sum(-1)
+            elif min_p is not None:  # Lp-Reg's proxy (TokenBatch.proxy_logprobs)
+                third = min_p_proxy_logprobs(logp, response, min_p)
+        return logprobs, entropy, third

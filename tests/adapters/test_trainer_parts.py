@@ -74,3 +74,18 @@ print(json.dumps({"lines": lines, "torch": sorted(m for m in sys.modules if m ==
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["lines"] > 0 and report["torch"] == []
+
+
+@pytest.mark.parametrize("kind", ["opo", "grpo_passk"])
+def test_rollout_group_estimators_are_refused_where_the_trainer_computes_other_advantages(kind):
+    """opo and grpo_passk need all of a prompt's rollouts: veRL computes them itself (adv_estimator), TRL and OpenRLHF cannot."""
+    objective = rlstab.load({"extends": "grpo", "advantage": {"kind": kind}})
+    for trainer in ("TRL", "OpenRLHF"):
+        problems = unexecutable(objective, trainer)
+        assert problems == [
+            f"advantage ({kind}): its baseline needs all of a prompt's rollouts, and {trainer} computes only its own "
+            f"advantages (group-normalised rewards), not {kind}'s; use veRL (algorithm.adv_estimator={kind}) or rlstab's "
+            "embedded trainer"
+        ]
+    assert unexecutable(objective, "veRL", sampler_hook=True, token_baseline=True, rollout_groups=True) == []
+    assert unexecutable(rlstab.load({"extends": "grpo", "advantage": {"kind": "gpg"}}), "TRL") == []

@@ -149,6 +149,11 @@ OBJECTIVES.update({
     "reinforce_pp": rlstab.load({"extends": "grpo", "advantage": {"kind": "reinforce_pp"}}),
     "reinforce_pp-baseline": rlstab.load({"extends": "grpo", "advantage": {"kind": "reinforce_pp", "subtract_group_mean": True}}),
     "dapo+dynamic_sampling": rlstab.load({"extends": "dapo", "group_filter": {"kind": "dynamic_sampling"}}),
+    # entropy bonuses whose coefficient is not 0 on the first step (skywork_entropy's starts at 0): a gradient on entropy
+    "grpo+entropy_bonus": rlstab.load({"extends": "grpo", "regularisers": [{"kind": "entropy_bonus", "coef": 0.01}]}),
+    "skywork_entropy-coef": rlstab.load({"extends": "skywork_entropy", "regularisers": [{"kind": "adaptive_entropy", "coef": 0.005}]}),
+    # Lp-Reg selecting half of each sign (the preset's 1% selects nothing below 200 negative tokens): the proxy is read
+    "lp_reg-half": rlstab.load({"extends": "lp_reg", "surrogate": {"kind": "lp_reg", "negative_fraction": 0.5, "positive_fraction": 0.5}}),
 })
 ODD = [NAN, INF, -INF, 0.0, 1.0, -3.0, 1e30]
 
@@ -171,6 +176,8 @@ def steps(draw):
         grad_sq_norms=torch.rand(B, generator=g) * 4 + 0.1,
     )
     real["is_branch"] = real["group_ids"] == 2
+    # Lp-Reg's min-p proxy of the old policy: at or above its log-probability (renormalised over the kept tokens)
+    real["proxy_logprobs"] = real["old_logprobs"] + torch.rand(B, T, generator=g) * 0.5
     padding = {k: torch.rand((P, T) if v.dim() == 2 else (P,), generator=g) for k, v in real.items()}
     padding["is_branch"] = padding["is_branch"] < 0.5
     padding["response_mask"] = torch.zeros(P, T, dtype=torch.bool)
@@ -188,19 +195,28 @@ def steps(draw):
 
 
 def losses(objective: rlstab.Objective, fields: dict, split_at: int | None):
-    """``(loss, gradient)`` of one call (split_at None) or of gather + two micro-batch calls."""
+    """``(loss, gradient of logprobs, gradient of entropy)`` of one call (split_at None) or of gather + two micro-batch calls.
+
+    The entropy comes with gradient, as a trainer computes it from the logits (an entropy bonus needs
+    it); its gradient is zero where nothing reads it with gradient.
+    """
     loss_fn = objective.compile()
-    leaf = fields["logprobs"].clone().requires_grad_()
+    leaves = {name: fields[name].clone().requires_grad_() for name in ("logprobs", "entropy")}
+    fields = {**fields, **leaves}
+
+    def grads():
+        return tuple(torch.zeros_like(leaf) if leaf.grad is None else leaf.grad for leaf in leaves.values())
+
     if split_at is None:
-        out = loss_fn(TokenBatch(**{**fields, "logprobs": leaf}))
+        out = loss_fn(TokenBatch(**fields))
         out.loss.backward()
-        return out.loss, leaf.grad
-    parts = [{k: v[lo:hi] for k, v in {**fields, "logprobs": leaf}.items()} for lo, hi in ((0, split_at), (split_at, None))]
+        return out.loss, *grads()
+    parts = [{k: v[lo:hi] for k, v in fields.items()} for lo, hi in ((0, split_at), (split_at, None))]
     micro = [TokenBatch(**p) for p in parts]
     stats = loss_fn.gather(micro)
     total = sum(loss_fn(mb, step=stats).loss for mb in micro)
     total.backward()
-    return total, leaf.grad
+    return total, *grads()
 
 
 @pytest.mark.parametrize("name", list(OBJECTIVES))
@@ -211,10 +227,12 @@ def test_padding_rows_change_nothing(name, step, split):
     if OBJECTIVES[name].compile().per_micro_batch():
         split = False  # selection within each micro-batch: the split itself changes the loss, by design
     B = real["logprobs"].shape[0]
-    loss, grad = losses(OBJECTIVES[name], real, B // 2 if split else None)
-    ploss, pgrad = losses(OBJECTIVES[name], padded, len(order) // 2 if split else None)
+    loss, grad, hgrad = losses(OBJECTIVES[name], real, B // 2 if split else None)
+    ploss, pgrad, phgrad = losses(OBJECTIVES[name], padded, len(order) // 2 if split else None)
     assert torch.isfinite(ploss), name
     torch.testing.assert_close(ploss, loss, rtol=1e-5, atol=1e-6)
     inverse = torch.argsort(order)  # where each row of cat(real, padding) went
     torch.testing.assert_close(pgrad[inverse[:B]], grad, rtol=1e-5, atol=1e-6)
     assert torch.all(pgrad[inverse[B:]] == 0)
+    torch.testing.assert_close(phgrad[inverse[:B]], hgrad, rtol=1e-5, atol=1e-6)
+    assert torch.all(phgrad[inverse[B:]] == 0)

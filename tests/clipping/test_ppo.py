@@ -98,3 +98,58 @@ def test_closed_form_gradient_matches_autograd(seed, dual_clip, make_batch):
     assert out.loss.item() == pytest.approx(ref.item(), abs=1e-6)
     assert torch.allclose(grad, ref_grad, atol=1e-7)
     assert out.metrics["clip/high_fraction"] + out.metrics["clip/low_fraction"] > 0
+
+
+def test_delta_above_the_clip_range_is_dual_clip():
+    """TRL's delta = 3 > 1 + eps_high gives exactly dual_clip = 3 (same values as test_dual_clip_hand_computed)."""
+    out, grad = one_row(RATIOS, ADVANTAGES, {"kind": "ppo_clip", "eps_low": 0.2, "eps_high": 0.28, "delta": 3.0})
+    dual, dual_grad = one_row(RATIOS, ADVANTAGES, {"kind": "ppo_clip", "eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0})
+    assert out.loss.item() == pytest.approx((3 - 1.28 - 1.1 + 0.8 + 2) / 5)
+    assert torch.allclose(grad, dual_grad, atol=1e-7)
+    assert out.metrics == pytest.approx(dual.metrics)
+
+
+def test_delta_below_the_clip_range_hand_computed():
+    """delta = 1.05 < 1 + eps_high: l = max(-A min(r, 1.05), -A clip(r, 0.8, 1.28)) as TRL computes it."""
+    out, grad = one_row(RATIOS, ADVANTAGES, {"kind": "ppo_clip", "eps_low": 0.2, "eps_high": 0.28, "delta": 1.05})
+    # token: -min(A min(r, 1.05), A clip(r))           dl/dlogp
+    # A=-1 r=5:   max(1.05, 1.28) = 1.28                  0 (clip(r) = 1.28 is constant)
+    # A=+1 r=1.5: -min(1.05, 1.28) = -1.05                0
+    # A=+1 r=1.1: -min(1.05, 1.1) = -1.05                 0 (now capped by delta)
+    # A=-1 r=0.5: max(0.5, 0.8) = 0.8                     0
+    # A=-1 r=2:   max(1.05, 1.28) = 1.28                  0
+    assert out.loss.item() == pytest.approx((1.28 - 1.05 - 1.05 + 0.8 + 1.28) / 5)
+    assert torch.allclose(grad, torch.zeros(5), atol=1e-7)
+
+
+@pytest.mark.parametrize("delta", [0.5, 1.05, 1.2, 1.28, 2.0, 4.0])
+def test_delta_gradient_matches_autograd_of_trls_formula(delta):
+    torch.manual_seed(0)
+    B, T = 5, 9
+    old = torch.randn(B, T) - 1.0
+    logprobs = (old + 0.7 * torch.randn(B, T)).requires_grad_()
+    adv = torch.randn(B)
+    mask = torch.arange(T) < torch.tensor([0, 3, 9, 5, 7]).unsqueeze(-1)
+    batch = rlstab.TokenBatch(logprobs=logprobs, old_logprobs=old, advantages=adv, response_mask=mask)
+    objective = rlstab.load({"surrogate": {"kind": "ppo_clip", "eps_low": 0.2, "eps_high": 0.28, "delta": delta},
+                             "aggregation": {"kind": "token-mean", "count": "valid"}})
+    out = objective.compile()(batch)
+    out.loss.backward()
+    ours = logprobs.grad.clone()
+    logprobs.grad = None
+    # TRL 1.16 _compute_loss: coef_2 = clamp(coef_1, 1-e, 1+eh); coef_1 = clamp(coef_1, max=delta); -min(c1 A, c2 A)
+    coef_1 = torch.exp(logprobs - old)
+    coef_2 = torch.clamp(coef_1, 0.8, 1.28)
+    coef_1 = torch.clamp(coef_1, max=delta)
+    a = adv.unsqueeze(-1)
+    ref = (-torch.min(coef_1 * a, coef_2 * a) * mask).sum() / mask.sum()
+    ref.backward()
+    assert out.loss.item() == pytest.approx(ref.item(), abs=1e-6)
+    torch.testing.assert_close(ours, logprobs.grad, rtol=1e-6, atol=1e-7)
+
+
+def test_delta_and_dual_clip_are_one_or_the_other():
+    with pytest.raises(rlstab.ConfigError, match="set one"):
+        rlstab.load({"extends": "grpo", "surrogate": {"delta": 4.0}})  # grpo has dual_clip 3
+    objective = rlstab.load({"extends": "grpo", "surrogate": {"dual_clip": None, "delta": 4.0}})
+    assert "two-sided clip, delta" in objective.surrogate.describe()

@@ -20,7 +20,7 @@ def test_by_hand():
     ).plan()
     assert plan.mask_labels == ("s2t_0", "rollout_rejection", "s2t_2")
     assert plan.reweighter_labels == ("stare", "tis") and plan.regulariser_labels == ("kl",)
-    assert plan.stateful == ("reweighters[0] (stare)", "reweighters[1] (tis)", "surrogate (ppo_clip)")
+    assert plan.stateful == ("reweighters[0] (stare)", "reweighters[1] (tis)", "surrogate (ppo_clip)", "regularisers[0] (kl)")
     assert plan.training_batch == ("reweighters[0] (stare)",)
     assert plan.rejections == (1,)
     assert plan.readers("rollout_logprobs") == ["masks[1] (rollout_rejection)", "reweighters[1] (tis)"]

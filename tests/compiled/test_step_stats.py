@@ -90,7 +90,7 @@ def empty_batch(T: int = 4, advantages: bool = True) -> TokenBatch:
         logprobs=torch.zeros(0, T, requires_grad=True),
         response_mask=torch.zeros(0, T, dtype=torch.bool),
         old_logprobs=torch.zeros(0, T),
-        entropy=torch.zeros(0, T),
+        entropy=torch.zeros(0, T, requires_grad=True),  # as a trainer gives it to an entropy bonus
         rollout_logprobs=torch.zeros(0, T),
         ref_logprobs=torch.zeros(0, T),
     )

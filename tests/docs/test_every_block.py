@@ -188,7 +188,9 @@ SKETCHES = {
     ("docs/demo.md", "clip_grad_norm_(policy.trainable_parameters(), 1.0); optimizer.step()"): (
         "rlstab/trainer/loop.py",
         ["loss_fn.gather([batch(rows, current_logprobs[rows], current_entropy[rows]) for rows in parts])",
-         "policy.token_stats(rows_slice(rollout, rows))", "loss_fn(batch(rows, logprobs, entropy.detach()), step=stats)",
+         "entropy_grad = any(isinstance(r, EntropyBonus) for r in loss_fn.objective.regularisers)",
+         "policy.token_stats(rows_slice(rollout, rows), entropy_grad=entropy_grad)",
+         "loss_fn(batch(rows, logprobs, entropy if entropy_grad else entropy.detach()), step=stats)",
          "clip_grad_norm_("]),
 }
 

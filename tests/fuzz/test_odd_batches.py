@@ -8,8 +8,8 @@ What it generates (hypothesis), per preset:
   bool, int64, int32, uint8, float32 or float16 (0/1); rewards float or int; group ids int64,
   int32 or uint8;
 - layouts, each tensor on its own: contiguous, transposed (column-major), sliced with a step,
-  or expanded (stride 0); ``logprobs`` is then a non-contiguous leaf (or an expanded view of a
-  ``[1, T]`` leaf);
+  or expanded (stride 0); ``logprobs`` and ``entropy`` (with gradient, as a trainer computes it
+  for an entropy bonus) are then non-contiguous leaves (or expanded views of ``[1, T]`` leaves);
 - advantages per response, per token, or estimated from rewards and group ids (padding rows
   get any reward and group ids no other row has);
 - optional fields present or not (old, rollout and reference log-probabilities, entropy,
@@ -20,8 +20,8 @@ What it generates (hypothesis), per preset:
 What it checks, on both paths (``loss_fn(batch)``; ``gather([batch])`` then ``loss_fn(batch, step=...)``):
 
 - the case ends in the result of the reference batch — the contiguous float32 copy of the same
-  values with finite padding, bool mask, int64 group ids: the same loss (finite), gradient on the
-  caller's leaf and metrics;
+  values with finite padding, bool mask, int64 group ids: the same loss (finite), gradients on the
+  caller's leaves (logprobs, entropy) and metrics;
 - or, with a non-finite value on a valid token of a field the objective reads, a
   ``FloatingPointError`` naming ``TokenBatch.<field>``, and the objective's state unchanged;
 - or, when the reference itself is refused (a preset reading a field the batch lacks), the same
@@ -57,6 +57,9 @@ MASK_DTYPES = [torch.bool, torch.int64, torch.int32, torch.uint8, torch.float32,
 LAYOUTS = ["contiguous", "transposed", "transposed", "step", "expanded"]
 TOKEN_FIELDS = ["logprobs", "old_logprobs", "entropy", "rollout_logprobs", "ref_logprobs"]
 NAN, INF = float("nan"), float("inf")
+# The fields that carry gradient, as a trainer supplies them: the entropy too (computed from the logits with grad, as
+# an entropy bonus needs it; masks read it detached). The gradient of each is checked against the reference's.
+DIFFERENTIABLE = ("logprobs", "entropy")
 
 
 # ----------------------------------------------------------------------------- layouts
@@ -72,7 +75,7 @@ def laid_out(values: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 def leaf_of(values: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(leaf, logprobs)``: logprobs in ``layout`` whose gradient reaches ``leaf``."""
+    """``(leaf, values)``: a differentiable field in ``layout`` whose gradient reaches ``leaf``."""
     if layout == "expanded" and values.shape[0] >= 1:
         leaf = values[:1].clone().requires_grad_()
         return leaf, leaf.expand(values.shape)
@@ -93,28 +96,27 @@ class Case:
     target: str | None = None  # the injected field
     index: tuple = ()
 
-    def batch(self, reference: bool) -> tuple[TokenBatch, torch.Tensor]:
-        """The batch (or its reference) and the leaf of its logprobs."""
+    def batch(self, reference: bool) -> tuple[TokenBatch, dict]:
+        """The batch (or its reference) and the leaves of its differentiable fields (``DIFFERENTIABLE``, when present)."""
         fields = {}
-        leaf = None
+        leaves = {}
         for name, v in self.values.items():
             if v is None:
                 fields[name] = None
                 continue
             if reference:
                 v = v.to(torch.float32) if v.is_floating_point() else v.to(torch.int64 if name == "group_ids" else torch.bool)
-                if name == "logprobs":
-                    leaf = v.clone().requires_grad_()
-                    v = leaf
+                if name in DIFFERENTIABLE:
+                    leaves[name] = v = v.clone().requires_grad_()
                 fields[name] = v
                 continue
             v = self.injected.get(name, v)
-            if name == "logprobs":
-                leaf, v = leaf_of(v, self.layouts[name])
+            if name in DIFFERENTIABLE:
+                leaves[name], v = leaf_of(v, self.layouts[name])
             else:
                 v = laid_out(v, self.layouts[name])
             fields[name] = v
-        return TokenBatch(**fields), leaf
+        return TokenBatch(**fields), leaves
 
 
 @st.composite
@@ -206,9 +208,9 @@ def checked_by(loss_fn: rlstab.CompiledObjective, batch: TokenBatch, name: str) 
 
 
 def run(case: Case, path: str, reference: bool):
-    """``(LossOutput, grad of the leaf, state before, state after)`` or the exception raised."""
+    """``(LossOutput, {field: grad of its leaf}, state before, state after)`` or the exception raised."""
     loss_fn = OBJECTIVES[case.name].compile()
-    batch, leaf = case.batch(reference)
+    batch, leaves = case.batch(reference)
     before = loss_fn.state_dict()
     try:
         if path == "single":
@@ -218,8 +220,8 @@ def run(case: Case, path: str, reference: bool):
         out.loss.backward()
     except (BatchError, FloatingPointError) as err:
         return err, before, loss_fn.state_dict()
-    grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-    return (out, grad), before, loss_fn.state_dict()
+    grads = {name: leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for name, leaf in leaves.items()}
+    return (out, grads), before, loss_fn.state_dict()
 
 
 TOLERANCE = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1e-5, 1e-6), torch.float64: (1e-5, 1e-6)}
@@ -234,7 +236,7 @@ def check(case: Case, path: str) -> None:
         event("BatchError, as the reference")  # for --hypothesis-show-statistics
         return
     assert not isinstance(expected, Exception), f"{where}: the reference batch raised {expected!r}"
-    ref_out, ref_grad = expected
+    ref_out, ref_grads = expected
     assert torch.isfinite(ref_out.loss), where
     batch, _ = case.batch(reference=False)
     loss_fn = OBJECTIVES[case.name].compile()
@@ -245,17 +247,19 @@ def check(case: Case, path: str) -> None:
         event("FloatingPointError naming the field")
         return
     assert not isinstance(got, Exception), f"{where}: {got!r}"
-    out, grad = got
+    out, grads = got
     assert torch.isfinite(out.loss), f"{where}: loss {out.loss}"
     torch.testing.assert_close(out.loss, ref_out.loss, rtol=1e-5, atol=1e-6, msg=lambda m: f"{where} loss: {m}")
-    dtype = case.values["logprobs"].dtype
-    expected_grad = ref_grad.to(dtype)  # the loss casts its float32 gradient to the dtype of logprobs
-    if grad.shape != ref_grad.shape:  # an expanded [1, T] leaf: autograd sums the rows, in that dtype
-        expected_grad = expected_grad.sum(0, keepdim=True)
-    rtol, atol = TOLERANCE[dtype]
-    torch.testing.assert_close(
-        grad.float(), expected_grad.float(), rtol=rtol, atol=atol, msg=lambda m: f"{where} gradient: {m}"
-    )
+    assert grads.keys() == ref_grads.keys(), where
+    for name, grad in grads.items():
+        dtype = case.values[name].dtype
+        expected_grad = ref_grads[name].to(dtype)  # the loss casts its float32 gradient to the field's dtype
+        if grad.shape != expected_grad.shape:  # an expanded [1, T] leaf: autograd sums the rows, in that dtype
+            expected_grad = expected_grad.sum(0, keepdim=True)
+        rtol, atol = TOLERANCE[dtype]
+        torch.testing.assert_close(
+            grad.float(), expected_grad.float(), rtol=rtol, atol=atol, msg=lambda m, name=name: f"{where} gradient of {name}: {m}"
+        )
     assert out.metrics == pytest.approx(ref_out.metrics, rel=1e-5, abs=1e-6, nan_ok=True), where
     assert all(math.isfinite(v) for k, v in out.metrics.items() if not k.endswith("H_bar")), (where, out.metrics)
     event("the reference result, " + {"none": "all finite", "padding": "non-finite padding", "valid": "non-finite unread field"}[case.placement])

@@ -324,7 +324,7 @@ BAD = {
     # name: (yaml text, substrings the message must contain)
     "unknown_kind": (
         "extends: stapo\nmasks:\n  - {kind: s2tt}\n",
-        ["masks[0].kind", "s2tt", "s2t", "low_probability"],
+        ["masks[0].kind", "s2tt", "did you mean 's2t'?", "rlstab components --family masks"],
     ),
     "misspelled_field": (
         "extends: stapo\nmasks:\n  - {kind: entropy_quantile, entropy_quantil: 0.3}\n",

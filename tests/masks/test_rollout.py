@@ -243,3 +243,15 @@ def test_needs_rollout_logprobs():
                           advantages=torch.ones(1))
     with pytest.raises(rlstab.BatchError, match=r"masks\[0\] \(icepop\) reads TokenBatch\.rollout_logprobs"):
         rlstab.load({**LOSS, "masks": [{"kind": "icepop"}]}).compile()(b)
+
+
+def test_zero_low_bound_keeps_every_small_ratio():
+    """TRL's ``*_mask`` modes with vllm_importance_sampling_clip_min = None: only the upper bound rejects."""
+    batch = ratios_batch([[1e-6, 0.01, 1.0, 2.9, 3.1]])
+    assert keep({"kind": "icepop", "low": 0.0, "high": 3.0}, batch) == [[1, 1, 1, 1, 0]]
+    assert keep({"kind": "rollout_rejection", "low": 0.0, "high": 3.0}, batch) == [[1, 1, 1, 1, 0]]
+    # sequence_sum: prod = 1e-6 * 0.01 * 1 * 2.9 * 3.1 ~ 9e-8, inside [0, 3]: the whole response is kept
+    seq = {"kind": "rollout_rejection", "level": "sequence_sum", "low": 0.0, "high": 3.0}
+    assert keep(seq, batch) == [[1, 1, 1, 1, 1]]
+    # rows with products 2.5 (kept) and 3.5 (rejected)
+    assert keep(seq, ratios_batch([[2.5, 1.0], [3.5, 1.0]])) == [[1, 1], [0, 0]]

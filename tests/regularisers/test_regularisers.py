@@ -39,6 +39,7 @@ def test_kl_estimators(estimator, value, grad):
 
 def test_entropy_bonus_needs_entropy_with_gradient(make_batch):
     batch = make_batch(advantages="sequence")
+    batch.entropy = batch.entropy.detach()
     objective = rlstab.load({"extends": "grpo", "regularisers": [{"kind": "entropy_bonus", "coef": 0.01}]})
     with pytest.raises(ValueError, match="entropy with gradient"):
         objective.compile()(batch)
@@ -46,7 +47,7 @@ def test_entropy_bonus_needs_entropy_with_gradient(make_batch):
 
 def test_entropy_bonus_pushes_entropy_up(make_batch):
     batch = make_batch(advantages="sequence")
-    entropy = batch.entropy.clone().requires_grad_()
+    entropy = batch.entropy.detach().clone().requires_grad_()
     fields = {f: getattr(batch, f) for f in ("logprobs", "old_logprobs", "response_mask", "advantages")}
     objective = rlstab.load({"extends": "grpo", "regularisers": [{"kind": "entropy_bonus", "coef": 0.01}]})
     out = objective.compile()(rlstab.TokenBatch(**fields, entropy=entropy))

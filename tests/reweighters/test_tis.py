@@ -40,3 +40,24 @@ def test_needs_rollout_logprobs():
     batch = rlstab.TokenBatch(logprobs=OLD.log(), advantages=torch.ones(2), response_mask=MASK)
     with pytest.raises(rlstab.BatchError, match=r"reweighters\[0\] \(tis\) reads TokenBatch\.rollout_logprobs"):
         objective.compile()(batch)
+
+
+def test_floor_clamps_from_below():
+    """TRL's ``*_truncate`` modes with vllm_importance_sampling_clip_min: clip(ratio, C_min, C_max)."""
+    objective = rlstab.load({
+        "reweighters": [{"kind": "tis", "level": "token", "cap": 2.0, "floor": 0.9}],
+        "surrogate": {"kind": "none"},
+        "aggregation": {"kind": "token-sum", "count": "valid"},
+    })
+    batch = rlstab.TokenBatch(
+        logprobs=OLD.log(), old_logprobs=OLD.log(), rollout_logprobs=ROLLOUT.log(),
+        advantages=torch.ones(2), response_mask=MASK,
+    )
+    # ratios 1.25, 5 -> 2 (cap), 1, 0.8 -> 0.9 (floor): -(1.25 + 2 + 1 + 0.9) = -5.15
+    assert objective.compile()(batch).loss.item() == pytest.approx(-5.15)
+    assert "clip(" in objective.reweighters[0].describe()
+
+
+def test_floor_above_cap_is_refused():
+    with pytest.raises(rlstab.ConfigError, match="floor"):
+        rlstab.load({"reweighters": [{"kind": "tis", "cap": 2.0, "floor": 3.0}]})

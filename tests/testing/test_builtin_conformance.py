@@ -39,7 +39,7 @@ def test_every_family_has_its_checks():
     for family in set(by_family) - {"sampler", "rollout"}:
         assert {"padding_changes_nothing", "micro_batches_equal_whole_step", "two_ranks_equal_one_process"} <= by_family[family]
     stateful = {c.kind for c in EXAMPLES if "state_round_trip" in applicable_checks(c)}
-    assert stateful == {"stare", "bapo", "goldilocks", "deep-grpo"}
+    assert stateful == {"stare", "bapo", "goldilocks", "deep-grpo", "adaptive_entropy"}
 
 
 @pytest.mark.parametrize(("component", "check"), conformance_cases(EXAMPLES))

@@ -23,7 +23,7 @@ from rlstab.errors import ConfigError
 from rlstab.loading import load, parse_yaml
 from rlstab.objective import Objective
 from rlstab.presets import closest_presets, preset_names
-from rlstab.regularisers import EntropyBonus, KLPenalty
+from rlstab.regularisers import AdaptiveEntropy, EntropyBonus, KLPenalty
 
 OBJECTIVE_ENV = "RLSTAB_OPENRLHF_OBJECTIVE"
 """Environment variable holding the objective's YAML in every process of the run."""
@@ -37,6 +37,11 @@ STEP_STATISTICS = ("optimizer_step", "local")
 
 _UNSUPPORTED_REGULARISERS = {
     EntropyBonus: "OpenRLHF adds the entropy bonus itself, with gradient: use --actor.entropy_coef",
+    # after EntropyBonus (its base class): the more specific line wins
+    AdaptiveEntropy: (
+        "OpenRLHF adds the entropy bonus itself, with a fixed --actor.entropy_coef and no adaptive controller; use a "
+        "fixed --actor.entropy_coef, or run adaptive_entropy in the embedded trainer or TRL"
+    ),
     KLPenalty: "OpenRLHF adds the KL loss itself: use --algo.kl.use_loss with --algo.kl.init_coef and --algo.kl.estimator",
 }
 _UNAVAILABLE_FIELDS = {

@@ -131,14 +131,17 @@ def _refusals(objective: Objective, args) -> list[str]:
         )
     if args.off_policy_mask_threshold is not None:
         problems.append(
-            f"off_policy_mask_threshold = {args.off_policy_mask_threshold!r}: TRL's off-policy sequence mask has no "
-            "rlstab component yet and would be dropped; set off_policy_mask_threshold=None"
+            f"off_policy_mask_threshold = {args.off_policy_mask_threshold!r}: TRL would add its own off-policy sequence "
+            f"mask; put it in the objective (masks: [{{kind: off_policy_sequence, threshold: {args.off_policy_mask_threshold}, "
+            "behaviour: rollout}] with vLLM, behaviour: old without; the dsv32_mask preset) and set off_policy_mask_threshold=None"
         )
     bonuses = [i for i, r in enumerate(objective.regularisers) if isinstance(r, EntropyBonus)]
     if args.use_adaptive_entropy:
         problems.append(
-            "use_adaptive_entropy = True: TRL's adaptive entropy controller has no rlstab component and would be "
-            "dropped; set use_adaptive_entropy=False (a fixed bonus is regularisers: [{kind: entropy_bonus, coef: ...}])"
+            "use_adaptive_entropy = True: TRL would add its own adaptive entropy bonus; put it in the objective "
+            f"(regularisers: [{{kind: adaptive_entropy, coef: {args.entropy_coef}, target_entropy: {args.entropy_target}, "
+            f"delta: {args.entropy_coef_delta}, coef_min: {args.entropy_coef_min}, coef_max: {args.entropy_coef_max}, "
+            "measure: entropy, boundary: at_or_below, first_step: 'off'}], TRL's rule) and set use_adaptive_entropy=False"
         )
     elif args.entropy_coef != 0.0:
         advice = (

@@ -13,7 +13,9 @@ import it:
    ``loss_mode`` and ``_target_`` consistent) ([`check_actor`][rlstab.adapters.verl.config.check_actor]);
 4. wraps ``TrainingWorker.set_loss_fn`` so that an actor whose loss is rlstab's computes its
    entropy with ``rlstab.stats`` instead of keeping a ``[tokens, V]`` softmax in the graph
-   ([`entropy`][rlstab.adapters.verl.entropy]).
+   ([`entropy`][rlstab.adapters.verl.entropy]);
+5. wraps ``apply_bypass_mode`` so that veRL's bypass mode keeps an rlstab loss instead of replacing
+   it by veRL's own ([`bypass`][rlstab.adapters.verl.bypass]).
 
 The objective is chosen in verl's config with
 [`RlstabPolicyLossConfig`][rlstab.adapters.verl.config.RlstabPolicyLossConfig]; see the docs page

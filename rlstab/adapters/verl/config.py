@@ -25,12 +25,18 @@ from typing import TYPE_CHECKING, Any
 from verl.workers.config import PolicyLossConfig
 
 from rlstab.adapters.optimizer_steps import StepTracker
-from rlstab.adapters.trainer_parts import VERL_SAMPLER, added_by_trainer, unexecutable, unsupplied
+from rlstab.adapters.trainer_parts import (
+    TOKEN_BASELINES,
+    VERL_SAMPLER,
+    added_by_trainer,
+    unexecutable,
+    unsupplied,
+)
 from rlstab.errors import ConfigError
 from rlstab.loading import load
 from rlstab.objective import Objective
 from rlstab.presets import closest_presets, preset_names
-from rlstab.regularisers import EntropyBonus, KLPenalty
+from rlstab.regularisers import AdaptiveEntropy, EntropyBonus, KLPenalty
 
 if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective
@@ -44,6 +50,12 @@ ENTROPY_FUNCTIONS = ("rlstab", "verl")
 # What verl's loss path cannot give a registered policy loss, and what to use instead.
 _UNSUPPORTED_REGULARISERS = {
     EntropyBonus: "veRL adds the entropy bonus itself, with gradient: set actor_rollout_ref.actor.entropy_coeff",
+    # after EntropyBonus (its base class): the more specific line wins
+    AdaptiveEntropy: (
+        "veRL adds the entropy bonus itself, with a fixed actor_rollout_ref.actor.entropy_coeff and no adaptive "
+        "controller (Skywork-OR1's own veRL fork has one); use a fixed entropy_coeff, or run adaptive_entropy in the "
+        "embedded trainer or TRL"
+    ),
     KLPenalty: (
         "veRL adds the KL loss itself: set actor_rollout_ref.actor.use_kl_loss=True, "
         "actor_rollout_ref.actor.kl_loss_coef and actor_rollout_ref.actor.kl_loss_type"
@@ -156,7 +168,7 @@ def build_objective(objective: str | None, overrides: Any) -> Objective:
         source = label if err.source == "<dict>" else f"{label} -> {err.source}"
         raise ConfigError(source, err.problems) from None
     refused = added_by_trainer(loaded, "veRL", _UNSUPPORTED_REGULARISERS)
-    problems = list(refused.values()) + unexecutable(loaded, "veRL", sampler_hook=True)
+    problems = list(refused.values()) + unexecutable(loaded, "veRL", sampler_hook=True, token_baseline=True, rollout_groups=True)
     if loaded.sampler is not None:  # the data section is out of this config's sight: say what runs it
         _log.warning(
             "rlstab: the objective's sampler (%s) runs only with %s; without it veRL draws the prompts as usual",
@@ -212,6 +224,14 @@ def check_actor(actor) -> None:
         raise ValueError(
             f"{CONFIG_PATH}.objective {objective.name or policy_loss.objective!r}: {', '.join(readers)} "
             f"reads the per-token entropy; set {ACTOR_PATH}.calculate_entropy=True"
+        )
+    advantage = objective.advantage.kind
+    # veRL computes these advantages in its driver, from the actor's sum_pi_squared (ray_trainer.compute_advantage).
+    if advantage in TOKEN_BASELINES and not getattr(actor, "calculate_sum_pi_squared", False):
+        raise ValueError(
+            f"{CONFIG_PATH}.objective {objective.name or policy_loss.objective!r}: advantage ({advantage}) is computed by "
+            f"veRL from the actor's sum_pi_squared; set {ACTOR_PATH}.calculate_sum_pi_squared=True and "
+            f"algorithm.adv_estimator={advantage}"
         )
     kind = objective.aggregation.kind
     if kind != actor.loss_agg_mode and (actor.entropy_coeff != 0 or actor.use_kl_loss):

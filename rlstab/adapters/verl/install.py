@@ -15,12 +15,13 @@ from verl.trainer.ppo.core_algos import register_policy_loss
 from verl.workers.config import ActorConfig
 
 from rlstab.adapters.post_import import when_imported
-from rlstab.adapters.verl import checkpoint, entropy, model_output, step_scope
+from rlstab.adapters.verl import bypass, checkpoint, entropy, model_output, step_scope
 from rlstab.adapters.verl.config import add_actor_check
 from rlstab.adapters.verl.loss import rlstab_policy_loss
 
 SUPPORTED_VERL = (">=0.9.0", "<0.10")
-"""verl versions whose loss path (``ppo_loss``, ``global_batch_info``, the ``verl.plugins`` group) this adapter is tested against."""
+"""The ``rlstab[verl]`` range: releases whose loss path (``ppo_loss``, ``global_batch_info``, the ``verl.plugins`` group)
+the adapter was run against (CI tests 0.9.1; docs/install.md says what ran on 0.9.0)."""
 
 LOSS_MODE = "rlstab"
 
@@ -50,4 +51,5 @@ def install() -> None:
     when_imported("verl.workers.engine_workers", lambda module: checkpoint.wrap_training_worker(module.TrainingWorker))
     when_imported("verl.workers.engine_workers", lambda module: step_scope.wrap_training_worker(module.TrainingWorker))
     when_imported("verl.trainer.ppo.ray_trainer", lambda module: step_scope.keep_old_entropy(module.RayPPOTrainer))
+    when_imported("verl.trainer.ppo.rollout_corr_helper", bypass.wrap_apply_bypass_mode)
     _log.debug("rlstab: policy loss %r registered in verl %s", LOSS_MODE, verl.__version__)

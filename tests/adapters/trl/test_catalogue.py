@@ -1,7 +1,8 @@
 """Every preset of the catalogue either runs inside TRL's loss or is refused when the trainer is built.
 
 A preset is refused only for what TRL cannot hand a loss on this machine (inference-engine
-log-probabilities without vLLM, rewards or prompt groups), or for a part only a trainer can run
+log-probabilities without vLLM, rewards or prompt groups; Lp-Reg's proxy, which no adapter's trainer
+computes), or for a part only a trainer can run
 that TRL's does not (rlstab.adapters.trainer_parts: the learning-rate scale, VCPO's baseline, a
 sampler, a rollout, branch rows); any other refusal or failure means the adapter has to learn about
 a new component.
@@ -22,6 +23,7 @@ UNAVAILABLE_ON_CPU = (
     "reads TokenBatch.rollout_logprobs",
     "reads TokenBatch.rewards",
     "reads TokenBatch.group_ids",
+    "reads TokenBatch.proxy_logprobs",  # Lp-Reg's min-p proxy: no adapter's trainer computes it (trainer_parts)
 )
 
 
