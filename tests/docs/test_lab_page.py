@@ -105,7 +105,8 @@ PUBLISHED = sorted((ROOT / "docs" / "lab").glob("*.json"))
 
 def test_there_are_published_results():
     # sorted paths: "-" sorts before "."
-    assert [p.stem for p in PUBLISHED] == ["collapse", "deep", "goldilocks", "lag-control", "lag", "sparse", "token", "vcpo"]
+    assert [p.stem for p in PUBLISHED] == ["collapse", "deep", "goldilocks", "lag-control", "lag", "policy-lag-ratio", "sparse",
+                                           "token", "vcpo"]
 
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=[p.stem for p in PUBLISHED])
@@ -299,11 +300,13 @@ def test_the_corrected_statistics_in_the_prose_are_the_stored_ones(grid, regime,
 
 def test_only_what_survives_holm_is_called_distinguishable_in_the_prose():
     survivors = {(grid, regime, objective, metric)
-                 for grid in ("token", "lag", "lag-control", "sparse", "vcpo", "goldilocks", "deep", "collapse")
+                 for grid in ("token", "lag", "lag-control", "sparse", "vcpo", "goldilocks", "deep", "collapse",
+                              "policy-lag-ratio")
                  for regime, objectives in json.loads((ROOT / "docs" / "lab" / f"{grid}.json").read_text())["paired"].items()
                  for objective, metrics in objectives.items() for metric, d in metrics.items() if d["distinguishable"]}
     assert survivors == {("goldilocks", "sparse", "goldilocks", m) for m in ("accuracy_auc", "final_entropy", "entropy_ratio")} | {
-        ("lag-control", "policy-lag-fixed-lr", "tis", "accuracy_auc")}
+        ("lag-control", "policy-lag-fixed-lr", "tis", "accuracy_auc"),
+        ("policy-lag-ratio", "policy-lag", "gspo", "accuracy_auc"), ("policy-lag-ratio", "policy-lag", "dro", "final_accuracy")}
     prose = " ".join(PAGE.split())
     assert "no difference is distinguishable after Holm's correction over the grid's 32 comparisons" in prose
     assert "after Holm's correction over the 12 comparisons none is distinguishable" in prose
@@ -375,3 +378,30 @@ def test_the_collapse_experiments_reading_is_its_stored_runs():
     assert f"carry {100 * random['mean_share_when_silencing']:.1f}% on their steps" in prose
     assert (f"over {low['pairs']} steps is {low['next_entropy_pearson']:.3f} (0.002) and "
             f"{high['next_entropy_pearson']:.3f} (0.02)") in prose
+
+
+RATIO_METHODS = [("luspo", "accuracy_auc"), ("dro", "final_accuracy"), ("m2po", "accuracy_auc"), ("gmpo", "accuracy_auc"),
+                 ("dro", "accuracy_auc"), ("gspo", "accuracy_auc")]
+
+
+@pytest.mark.parametrize(("objective", "metric"), RATIO_METHODS)
+def test_the_ratio_methods_reading_is_its_stored_runs(objective, metric):
+    from rlstab.lab.report import p_value
+
+    d = _stored("policy-lag-ratio", "policy-lag", objective, metric)
+    words = (f"{_d(d)} ({d['wins']}/{d['ties']}/{d['losses']}, p {p_value(d['p'])}, Holm p {p_value(d['p_holm'])}, "
+             f"MDE {d['mde']:.3f})")
+    section = PAGE.split("## The second wave's ratio methods under stale rollouts")[1].split("\n## ")[0]
+    assert words in " ".join(section.split()), words
+
+
+def test_the_ratio_methods_grid_follows_its_protocol():
+    from rlstab.lab.protocol import load_protocol
+
+    data = json.loads((ROOT / "docs" / "lab" / "policy-lag-ratio.json").read_text())
+    protocol = load_protocol(ROOT / "examples" / "lab" / "policy-lag-ratio" / "protocol.yaml")
+    settings, paired = data["settings"], data["paired"]["policy-lag"]
+    assert (settings["baseline"], settings["pairs"]) == (protocol.baseline, {"gspo": "grpo", **protocol.pairs})
+    assert set(paired) == {"gspo", "luspo", "m2po", "gmpo", "dro"}
+    assert sum(len(m) for m in paired.values()) == 20  # the protocol's Holm family: 5 pairs x 4 metrics
+    assert data["settings"]["seeds"] == [0, 1, 2, 3, 4] and data["settings"]["steps"] == 60

@@ -1,8 +1,9 @@
 """`pip install rlstab[trl]` next to the installed trl 1.16.0 installs rlstab alone, and the extra admits 1.16's patches.
 
 The adapter overrides TRL internals that move between minor releases (``rlstab.adapters.trl.compat``):
-its suite fails on trl 1.15.0, so the range is 1.16's patch releases. No other one is published yet,
-so this check cannot install another in-range release as the veRL and OpenRLHF ones do.
+in the 1.16 test environment trl 1.15.0's own trainer forward fails, so the adapter could not be
+shown to work there, and the range is 1.16's patch releases. No other one is published yet, so this
+check cannot install another in-range release as the veRL one does.
 """
 
 from extras_range import installed_trainer_stays
