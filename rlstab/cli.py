@@ -40,17 +40,38 @@ def _cmd_validate(args) -> int:
         objective = _load_or_report(path)
         if objective is None:
             failed += 1
+        elif args.trainer is not None:
+            failed += not _fits_trainer(path, objective, args.trainer)
         else:
             print(one_line(f"{path}: ok ({objective.name or 'objective'})"))
     return 1 if failed else 0
+
+
+def _fits_trainer(path: str, objective: Objective, key: str) -> bool:
+    """Print what the adapter of ``key`` refuses (stderr) or needs (stdout), as its start-up check would; no trainer import."""
+    from rlstab.adapters import trainers
+
+    name = trainers.trainer(key).name
+    problems = trainers.problems(objective, key)
+    if problems:
+        print(ConfigError(f"{path} (with {name})", problems), file=sys.stderr)
+        return False
+    print(one_line(f"{path}: ok with {name} ({objective.name or 'objective'})"))
+    for setting in trainers.settings(objective, key):
+        print(one_line(f"{path}: {name} needs {setting}"))
+    return True
 
 
 def _cmd_explain(args) -> int:
     objective = _load_or_report(args.objective)
     if objective is None:
         return 1
-    print(objective.explain())
-    return 0
+    print(objective.explain(source=args.objective, trainer=args.trainer))
+    if args.trainer is None:
+        return 0
+    from rlstab.adapters import trainers
+
+    return 1 if trainers.problems(objective, args.trainer) else 0  # as validate --trainer: the adapter would refuse it
 
 
 def _cmd_components(args) -> int:
@@ -81,6 +102,12 @@ def _family_names() -> list[str]:
     return list(FAMILIES)
 
 
+def _trainer_flag(parser: argparse.ArgumentParser, help: str) -> None:
+    from rlstab.adapters.trainers import TRAINERS
+
+    parser.add_argument("--trainer", type=str.lower, choices=list(TRAINERS), default=None, help=help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlstab", description="Stable RL objectives for LLMs, composed in YAML.")
     parser.add_argument("--version", action="version", version=f"rlstab {rlstab.__version__}")
@@ -88,9 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("presets", help="list the shipped presets, one line each").set_defaults(func=_cmd_presets)
     p = sub.add_parser("validate", help="validate objective YAML files (non-zero exit on any error)")
     p.add_argument("files", nargs="+", metavar="FILE")
+    _trainer_flag(p, "also check it as that trainer's adapter does at start-up: one line per part it refuses, "
+                     "and the trainer settings it needs")
     p.set_defaults(func=_cmd_validate)
     p = sub.add_parser("explain", help="print an objective as a formula with every parameter")
     p.add_argument("objective", metavar="FILE|PRESET")
+    _trainer_flag(p, "say where each part runs with that trainer, what its adapter refuses and which settings it needs")
     p.set_defaults(func=_cmd_explain)
     sub.add_parser("schema", help="print the JSON Schema of objective files").set_defaults(func=_cmd_schema)
     p = sub.add_parser("components", help="list the registered component kinds, one line each: family, kind, origin")

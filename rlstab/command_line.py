@@ -1,8 +1,8 @@
 """What ``rlstab demo``, ``rlstab audit`` and ``rlstab compare`` share on the command line.
 
-Argument types that give argparse's one-line errors, the objectives' display labels, loading the
-objectives and the task with one line per problem, and whether the optional plotting packages are
-installed, asked before any work is done: ``demo``, ``audit`` and ``compare`` draw their curves
+The objectives' display labels, loading the objectives and the task with one line per problem, the
+run's ``TrainConfig`` from the flags (their numbers are checked by ``rlstab.number_flags``), and
+whether the optional plotting packages are installed, asked before any work is done: ``demo``, ``audit`` and ``compare`` draw their curves
 with matplotlib (the ``demo`` extra), and finding out after minutes of training, with a traceback
 and no summary written, wastes the run.
 
@@ -15,22 +15,6 @@ import argparse
 import importlib.util
 import sys
 from pathlib import Path
-
-
-def positive(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def non_negative(text: str) -> int:
-    """An argparse type: an integer of at least 0."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
 
 
 def missing_plotting(command: str) -> str | None:
@@ -58,24 +42,38 @@ def objective_labels(sources: list[str]) -> list[str]:
 
 
 def load_inputs(sources: list[str], task_name: str, command: str):
-    """``(compiled objectives, their labels, the task)``, or None after printing why one is bad."""
-    from rlstab.errors import ConfigError
+    """``(compiled objectives, their labels, the task)``, or None after printing one line per bad one."""
+    from rlstab.errors import ConfigError, one_line
     from rlstab.loading import load
     from rlstab.trainer.tasks import get_task
 
+    compiled, bad = [], 0
+    for source in sources:
+        try:
+            compiled.append(load(source).compile())
+        except ConfigError as err:
+            print(err, file=sys.stderr)
+            bad += 1
+        except (OSError, ValueError) as err:
+            print(one_line(f"{command}: {err}"), file=sys.stderr)
+            bad += 1
     try:
-        return [load(s).compile() for s in sources], objective_labels(sources), get_task(task_name)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-    except (OSError, ValueError) as err:
-        print(f"{command}: {err}", file=sys.stderr)
-    return None
+        task = get_task(task_name)
+    except ValueError as err:
+        print(one_line(f"{command}: {err}"), file=sys.stderr)
+        bad += 1
+    return None if bad else (compiled, objective_labels(sources), task)
 
 
 def train_config(args: argparse.Namespace, command: str):
-    """The ``TrainConfig`` of the flags named as its fields (``--group-size``), or None after one line per problem."""
+    """The ``TrainConfig`` of the flags named as its fields (``--group-size``), or None after one line per problem.
+
+    Each flag's own range was checked by ``rlstab.number_flags.check_numbers``; what is left is what
+    relates several fields.
+    """
     from pydantic import ValidationError
 
+    from rlstab.errors import one_line
     from rlstab.trainer.config import TrainConfig
 
     values = {name: getattr(args, name) for name in TrainConfig.model_fields if hasattr(args, name)}
@@ -83,7 +81,7 @@ def train_config(args: argparse.Namespace, command: str):
         return TrainConfig(**values)
     except ValidationError as err:
         for problem in err.errors():
-            name = str(problem["loc"][0])
-            flag = "--" + name.replace("_", "-")
-            print(f"{command}: {flag} {values.get(name)!r}: {problem['msg'].lower()}", file=sys.stderr)
+            where = " ".join("--" + str(name).replace("_", "-") for name in problem["loc"])
+            message = problem["msg"].removeprefix("Value error, ")
+            print(one_line(f"{command}: {where + ': ' if where else ''}{message}"), file=sys.stderr)
     return None

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the objective explains itself (Objective.explain): no import back at run time
     from rlstab.objective import Objective
 
+UNNAMED = "no name: set `name:` and `description:`; an objective that `extends:` another does not take its parent's"
 
-def explain(objective: Objective) -> str:
+
+def explain(objective: Objective, source: str | None = None, trainer: str | None = None) -> str:
+    """``source``: where the objective came from (a file), named on the first line when it has no name.
+    ``trainer`` (``verl``, ``trl``, ``openrlhf``): where each part runs with that trainer, what it refuses and needs."""
     o = objective
-    lines = []
-    if o.name:
-        lines.append(o.name)
+    lines = [o.name or f"{source or 'objective'} ({UNNAMED})"]
     if o.description:
         lines.append(f"  {o.description}")
     lines.append("")
@@ -55,42 +57,30 @@ def explain(objective: Objective) -> str:
     if local:
         lines.append(f"  Computed within each micro-batch instead (as in the papers' code): {', '.join(local)}.")
     lines.append("")
-    lines.append("Where each part runs:")
-    lines += [f"  {layer:<8} {parts}: {where}" for layer, parts, where in placement(o)]
+    lines += trainer_lines(o, trainer)
     return "\n".join(lines)
 
 
-_EVERY_TRAINER = "the compiled loss, in any trainer (embedded, veRL, OpenRLHF, TRL)"
-_EMBEDDED = "rlstab's embedded trainer (demo, lab)"
+def trainer_lines(o: Objective, trainer: str | None = None) -> list[str]:
+    """The batch fields ``o`` reads, where each part runs, and with ``trainer`` what that trainer refuses and needs."""
+    from rlstab.adapters import trainers
+    from rlstab.adapters.placement import LEGEND, batch_fields, placement
 
-
-def placement(o: Objective) -> list[tuple[str, str, str]]:
-    """``(layer, parts, who executes them)`` for each layer the objective uses: loss, step, sampler, rollout."""
-    loss = ["surrogate", "aggregation"] + [n for n in ("masks", "shadow_masks", "reweighters", "regularisers") if getattr(o, n)]
-    rows = [("loss", ", ".join(loss), _EVERY_TRAINER)]
-    step = ["advantage (step statistics)"] + [n for n in ("reward_shaping", "group_filter") if getattr(o, n)]
-    rows.append(("step", ", ".join(step), "gather, over every micro-batch and rank, in any trainer"))
-    if o.advantage.kind == "opob":
-        rows.append(("step", "advantage (opob) gradient norms", f"{_EMBEDDED}; refused by the adapters"))
-    if o.advantage.kind in ("opo", "grpo_passk"):  # baselines over all of a prompt's rollouts (trainer_parts)
-        rows.append(("step", f"advantage ({o.advantage.kind}) rollout groups",
-                     f"{_EMBEDDED} (mini-batches of whole groups); veRL's driver (algorithm.adv_estimator="
-                     f"{o.advantage.kind}); refused by OpenRLHF and TRL"))
-    if o.advantage.kind in ("optimal_token_baseline", "tir_optimal_token_baseline"):  # reads sum_pi_squared
-        rows.append(("step", f"advantage ({o.advantage.kind}) input sum_pi_squared",
-                     f"{_EMBEDDED}'s old-policy pass; veRL's driver (algorithm.adv_estimator={o.advantage.kind}, "
-                     "actor_rollout_ref.actor.calculate_sum_pi_squared=True); refused by OpenRLHF and TRL"))
-    for who in o.plan().readers("proxy_logprobs"):  # Lp-Reg: the old policy's min-p proxy needs the whole vocabulary
-        rows.append(("loss", f"{who} input proxy_logprobs", f"{_EMBEDDED}'s old-policy pass; refused by the adapters"))
-    if o.lr_scale is not None:
-        rows.append(("step", "lr_scale", f"the trainer's optimizer step: {_EMBEDDED}; refused by the adapters"))
-    if o.dual_stream is not None:
-        rows.append(("loss", "dual_stream", f"the compiled loss, fed branch rows: {_EMBEDDED}, or an agent loop through "
-                                           "the Python API; refused by the adapters"))
-    if o.sampler is not None:
-        rows.append(("sampler", o.sampler.kind, f"{_EMBEDDED}; veRL's legacy trainer through its dataset hook "
-                                                "(rlstab.adapters.verl.sampler.GoldilocksDataset); refused by OpenRLHF and TRL"))
-    if o.rollout is not None:
-        rows.append(("rollout", o.rollout.kind, f"{_EMBEDDED}; veRL needs an agent loop (the authors' recipe); "
-                                                "refused by the adapters"))
-    return rows
+    lines = ["Batch fields it reads (TokenBatch):"]
+    lines += [f"  {line}" for line in batch_fields(o)]
+    lines.append("")
+    if trainer is None:
+        lines.append(f"Where each part runs ({LEGEND}):")
+    else:
+        lines.append(f"Where each part runs with {trainers.trainer(trainer).name}:")
+    lines += [f"  {layer:<8} {parts}: {where}" for layer, parts, where in placement(o, trainer)]
+    if trainer is not None:
+        name = trainers.trainer(trainer).name
+        problems, settings = trainers.problems(o, trainer), trainers.settings(o, trainer)
+        lines.append("")
+        lines.append(f"{name} refuses:" if problems else f"{name} refuses nothing of it.")
+        lines += [f"  {line}" for line in problems]
+        if settings:
+            lines.append(f"{name} needs:")
+            lines += [f"  {line}" for line in settings]
+    return lines

@@ -144,11 +144,13 @@ class Objective(BaseModel):
             del data["shadow_masks"]
         return dump_yaml(_kind_first(data))
 
-    def explain(self) -> str:
-        """The composed objective as a readable formula with every parameter."""
+    def explain(self, source: str | None = None, trainer: str | None = None) -> str:
+        """The composed objective as a readable formula with every parameter; its first line is its name, or
+        ``source`` (where it was loaded from) and how to name it. ``trainer`` (``verl``, ``trl``, ``openrlhf``):
+        where each part runs with that trainer, and what its adapter refuses and needs."""
         from rlstab.explain import explain
 
-        return explain(self)
+        return explain(self, source, trainer)
 
 
 # Fields added after fingerprints were first published; left out of the digest while unset.

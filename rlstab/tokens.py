@@ -27,18 +27,27 @@ def f32(t: torch.Tensor | None) -> torch.Tensor | None:
 
 @dataclass
 class Tokens:
-    """One micro-batch as the components see it.
+    """One micro-batch as the components see it: what a component's methods receive as ``t``.
+
+    Every tensor is float32, detached and contiguous, ``[B, T]`` unless said otherwise. Padding
+    (``valid`` 0) may hold anything, NaN and infinities included: select with
+    ``torch.where(t.valid_bool, x, 0.0)``, never ``x * t.valid``.
 
     Attributes:
-        valid: ``[B, T]`` 1.0 on response tokens, 0.0 on padding.
-        valid_bool: the same as bool.
-        logprobs: current policy log-probabilities (detached).
+        batch: the [`TokenBatch`][rlstab.TokenBatch] as the trainer gave it (its own dtypes, with
+            gradients): for the fields not copied here (``rewards``, ``group_ids``, ``is_weights``, ...).
+        valid: 1.0 on response tokens, 0.0 on padding.
+        valid_bool: ``valid`` as bool.
+        logprobs: current policy log-probabilities (detached: the compiled loss handles the gradient).
         old_logprobs: behaviour policy log-probabilities (``logprobs`` when on-policy).
-        log_ratio: ``clamp(logprobs - old_logprobs, -c, c)``.
+        log_ratio: ``clamp(logprobs - old_logprobs, -c, c)``, ``c`` = ``log_ratio_clamp``.
         ratio: ``exp(log_ratio)``.
-        advantages: ``[B, T]`` (a ``[B]`` input is broadcast), set once the step's estimator ran.
-        advantage_rows: the same, but ``[B, 1]`` when the advantages are per response.
-        entropy, rollout_logprobs, ref_logprobs: as in the batch, float32, or None.
+        entropy: the batch's ``entropy`` as float32, or None when the trainer sent none.
+        rollout_logprobs: the batch's ``rollout_logprobs`` (the inference engine's) as float32, or None.
+        ref_logprobs: the batch's ``ref_logprobs`` (the reference policy's) as float32, or None.
+        log_ratio_clamp: the objective's ``log_ratio_clamp`` (``c`` above).
+        advantages: ``[B, T]`` (a ``[B]`` input is broadcast), set once the step's estimator ran; None before.
+        advantage_rows: the same, but ``[B, 1]`` when the advantages are per response (cheaper to multiply).
     """
 
     batch: TokenBatch

@@ -13,7 +13,9 @@
   the entropy bonus and the KL term, which veRL and OpenRLHF add outside the policy loss.
 
 Every check reads the objective and its plan ([`Objective.plan`][rlstab.Objective.plan]), never
-its compiled loss, so that checking a config imports no torch.
+its compiled loss, so that checking a config imports no torch. Which arguments each trainer's
+adapter passes them is written once, in [`trainers`][rlstab.adapters.trainers], which the
+adapters' start-up checks and ``rlstab validate --trainer`` both call.
 """
 
 from __future__ import annotations
@@ -102,15 +104,17 @@ NO_ADAPTER_SUPPLIES = {
 }
 
 
-def unsupplied(objective, advice: Mapping[str, str], *, reported: Iterable[str] = ()) -> list[str]:
+def unsupplied(
+    objective, advice: Mapping[str, str], *, reported: Iterable[str] = (), every_adapter: bool = True
+) -> list[str]:
     """One problem line per component that reads a ``TokenBatch`` field the trainer does not supply.
 
-    ``advice``: field -> why the trainer lacks it and what to do instead (``NO_ADAPTER_SUPPLIES`` is
-    added: fields no adapter's trainer computes). ``reported``: component
+    ``advice``: field -> why the trainer lacks it and what to do instead (with ``every_adapter``,
+    ``NO_ADAPTER_SUPPLIES`` is added: fields no adapter's trainer computes). ``reported``: component
     labels another check already refused (a regulariser the trainer adds itself), left out here.
     """
     plan, reported = objective.plan(), set(reported)
-    advice = {**NO_ADAPTER_SUPPLIES, **advice}
+    advice = {**NO_ADAPTER_SUPPLIES, **advice} if every_adapter else dict(advice)
     return [
         f"{who} reads TokenBatch.{field}: {why}"
         for field, why in advice.items()

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rlstab.batch import BatchError
 from rlstab.components import Component
 from rlstab.deferred import require
 from rlstab.lazy import torch
@@ -41,14 +42,20 @@ class GroupTable:
 
         ``responses``: ``[B]`` bool, False on padding rows, which are left out (None: every row counts).
         A group of padding rows only gets mean 0 and std 1 too; no response reads it.
+
+        The sums run in float64, so any reward finite in float32 counts: squared in float32, a reward
+        of 1.9e19 or more would overflow the variance to infinity and silently give its group zero
+        advantages. The table is float32; a group whose std is past float32's range (rewards of
+        opposite signs near 1.7e38) is refused, not given zero advantages.
         """
         keys, inverse = torch.unique(group_ids, sorted=True, return_inverse=True)  # host sync: the number of groups
-        rewards = rewards.to(torch.float32)
+        rewards = rewards.to(torch.float32).to(torch.float64)
         if responses is None:
-            count = torch.bincount(inverse, minlength=keys.numel()).to(torch.float32)
+            count = torch.bincount(inverse, minlength=keys.numel()).to(torch.float64)
         else:
             rewards = torch.where(responses, rewards, 0.0)
-            count = torch.zeros(keys.numel(), device=rewards.device).index_add_(0, inverse, responses.to(torch.float32))
+            count = torch.zeros(keys.numel(), dtype=torch.float64, device=rewards.device).index_add_(
+                0, inverse, responses.to(torch.float64))
         total = torch.zeros_like(count).index_add_(0, inverse, rewards)
         mean = total / count
         deviation = (rewards - mean[inverse]) ** 2
@@ -57,9 +64,14 @@ class GroupTable:
         sq = torch.zeros_like(count).index_add_(0, inverse, deviation)
         std = (sq / (count - 1).clamp(min=1)).sqrt()
         single = count <= 1  # count 0: a group of padding rows (0 / 0 above)
-        mean = torch.where(single, 0.0, mean)
-        std = torch.where(single, 1.0, std)
-        return cls(keys=keys, mean=mean, std=std, count=count)
+        mean = torch.where(single, 0.0, mean).to(torch.float32)
+        std64 = torch.where(single, 1.0, std)
+        std = std64.to(torch.float32)
+        overflow = torch.isinf(std) & torch.isfinite(std64)  # NaN or infinite rewards stay what they were
+        require(~overflow.any(), lambda: BatchError(
+            f"rewards: the rewards of group {keys[overflow][0].item()} spread too far for float32 (std "
+            f"{std64[overflow][0].item():.3g}, float32 holds at most 3.4e38): scale the rewards down"))
+        return cls(keys=keys, mean=mean, std=std, count=count.to(torch.float32))
 
     def lookup(self, group_ids: torch.Tensor, responses: torch.Tensor | None = None) -> torch.Tensor:
         """Row of each id in the table; an id the step did not contain is an error (on a padding row,

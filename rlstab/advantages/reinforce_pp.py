@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field
 
 from rlstab.advantages.base import AdvantageEstimator, GroupTable, zero_padding_rows
+from rlstab.batch import BatchError
+from rlstab.deferred import require
 from rlstab.lazy import torch
 
 
@@ -16,14 +18,23 @@ def whitening_stats(x: torch.Tensor, lengths: torch.Tensor, responses: torch.Ten
     ``mean = sum L x / N``, ``var = sum L (x - mean)^2 / (N - 1)``, ``N = sum L``: veRL's ``masked_whiten``
     of a value broadcast over the response's tokens (unbiased variance). Padding rows (``responses``
     False) are left out whatever ``x`` holds there (0 * NaN is NaN, so they are replaced first).
+
+    The sums run in float64 and ``var`` stays float64 (``mean`` is float32): in float32 a value of
+    1.9e19 or more squares past the range, and an infinite variance would whiten every advantage to 0.
+    Values whose std is past float32's range (3.4e38) are refused.
     """
     if responses is not None:
         x = torch.where(responses, x, 0.0)
-    w = lengths.to(torch.float32)
+    x = x.to(torch.float32).to(torch.float64)
+    w = lengths.to(torch.float64)
     n = w.sum()
     mean = (w * x).sum() / n.clamp(min=1)
     var = (w * (x - mean) ** 2).sum() / (n - 1).clamp(min=1)
-    return mean, var
+    too_wide = torch.isfinite(var) & (var.sqrt() > torch.finfo(torch.float32).max)
+    require(~too_wide, lambda: BatchError(
+        f"rewards: the step's values spread too far for float32 (std {var.sqrt().item():.3g}, float32 holds at most "
+        "3.4e38): scale the rewards down"))
+    return mean.to(torch.float32), var
 
 
 class ReinforcePP(AdvantageEstimator):

@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from rlstab.command_line import load_inputs, missing_plotting, positive
+from rlstab.command_line import load_inputs, missing_plotting
+from rlstab.number_flags import CommandNumbers, check_numbers, number
 
 TABLE_FILE = "audit.md"
 CHART_FILE = "audit.png"
@@ -24,6 +25,8 @@ DEFAULT_PROMPTS = {"tiny": 256, "smollm2": 32}
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``audit`` subcommand to the ``rlstab`` parser's subparsers."""
+    from rlstab.trainer.config import TrainConfig
+
     p = subparsers.add_parser(
         "audit",
         help="sample a policy's responses and show which tokens each mask of an objective would silence",
@@ -41,19 +44,19 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="tiny (default: the demo's character transformer, warm-started and cached) or smollm2 "
                         "(SmolLM2-135M-Instruct, an optional extra)")
     p.add_argument("--task", default="add2", help="add2 (default), add3, mul2 or add1 (direct answers, for --model smollm2)")
-    p.add_argument("--prompts", type=positive, default=None,
-                   help=f"problems to sample (default {DEFAULT_PROMPTS['tiny']} for tiny, {DEFAULT_PROMPTS['smollm2']} for "
-                        "smollm2: STAPO's spurious tokens are about 1 in 10,000)")
-    p.add_argument("--group-size", type=positive, default=8, help="responses per problem, G (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the problems, the sampling and the tiny model's warm start (default 0)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0, as STAPO)")
-    p.add_argument("--top-k", type=positive, default=8, help="most silenced tokens shown per mask (default 8)")
-    p.add_argument("--warmup-steps", type=int, default=None,
-                   help="tiny model: supervised warm-start steps (default: per task, as rlstab demo); cached")
+    number(p, "--prompts", CommandNumbers,
+           optional=f"default {DEFAULT_PROMPTS['tiny']} for tiny, {DEFAULT_PROMPTS['smollm2']} for smollm2",
+           help="problems to sample: STAPO's spurious tokens are about 1 in 10,000")
+    number(p, "--group-size", TrainConfig, default=8, help="responses per problem, G")
+    number(p, "--seed", TrainConfig, default=0, help="seed of the problems, the sampling and the tiny model's warm start")
+    number(p, "--temperature", TrainConfig, default=1.0, help="sampling temperature (1.0 as STAPO)")
+    number(p, "--top-k", CommandNumbers, default=8, help="most silenced tokens shown per mask")
+    number(p, "--warmup-steps", TrainConfig, optional="default: per task, as rlstab demo",
+           help="tiny model: supervised warm-start steps, cached")
     p.add_argument("--out", default="runs/audit", help="output folder (default runs/audit)")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
-    p.add_argument("--threads", type=positive, default=None,
-                   help="torch CPU threads (default: 1 for tiny, where more cost more than they save; all for smollm2)")
+    number(p, "--threads", CommandNumbers, optional="default: 1 for tiny, where more cost more than they save; all for smollm2",
+           help="torch CPU threads")
     p.add_argument("--mechanism", action="store_true",
                    help="also measure STAPO's mechanism on the sample as one step: the share of the policy gradient "
                         "carried by the tokens each mask silences, and the logit-gradient norm by probability and "
@@ -64,7 +67,17 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    """The ``rlstab audit`` command (torch runs on ``--threads`` threads meanwhile)."""
+    """The ``rlstab audit`` command (torch runs on ``--threads`` threads meanwhile).
+
+    Every flag, objective and the task are checked first, one line per problem, exit status 2.
+    """
+    from rlstab.demo.audit import DEFAULT_OBJECTIVES
+
+    numbers_ok = check_numbers(args, "rlstab audit")
+    sources = args.objective or list(DEFAULT_OBJECTIVES)
+    inputs = load_inputs(sources, args.task, "rlstab audit")
+    if not numbers_ok or inputs is None or not _estimated_advantages(sources, inputs[0]):
+        return 2
     missing = missing_plotting("rlstab audit")
     if missing:
         print(missing, file=sys.stderr)
@@ -76,31 +89,31 @@ def run(args) -> int:
     wanted = args.threads or (1 if args.model == "tiny" else threads)
     torch.set_num_threads(wanted)
     try:
-        return _run(args)
+        return _run(args, inputs)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(args) -> int:
+def _estimated_advantages(sources: list[str], loss_fns: list) -> bool:
+    """False after one line per objective whose advantages the trainer gives (the audit estimates them)."""
     from rlstab.advantages import Given
-    from rlstab.demo.audit import DEFAULT_OBJECTIVES
+    from rlstab.errors import one_line
 
+    ok = True
+    for source, fn in zip(sources, loss_fns):
+        if isinstance(fn.objective.advantage, Given):
+            print(one_line(f"rlstab audit: {source}: its advantages are given by the trainer (advantage: given); the "
+                           "audit estimates them from rewards, so the objective needs an advantage estimator"), file=sys.stderr)
+            ok = False
+    return ok
+
+
+def _run(args, inputs) -> int:
     def log(line: str) -> None:
         if not args.quiet:
             print(line, file=sys.stderr, flush=True)
 
-    sources = args.objective or list(DEFAULT_OBJECTIVES)
-    inputs = load_inputs(sources, args.task, "rlstab audit")
-    if inputs is None:
-        return 2
     loss_fns, labels, task = inputs
-
-    for source, fn in zip(sources, loss_fns):
-        if isinstance(fn.objective.advantage, Given):
-            print(f"rlstab audit: {source}: its advantages are given by the trainer (advantage: given); the audit "
-                  "estimates them from rewards, so the objective needs an advantage estimator", file=sys.stderr)
-            return 2
-
     from rlstab.trainer.models import load_policy
 
     started = time.perf_counter()

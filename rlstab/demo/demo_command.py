@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from rlstab.command_line import load_inputs, missing_plotting, non_negative, positive, train_config
+from rlstab.command_line import load_inputs, missing_plotting, train_config
+from rlstab.number_flags import CommandNumbers, check_numbers, number
 
 DEFAULT_OBJECTIVES = ("grpo", "stapo")
 
@@ -34,34 +35,40 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help=f"a preset name or an objective YAML file; repeat to compare (default: {' and '.join(DEFAULT_OBJECTIVES)})")
     p.add_argument("--task", default="add2", help="add2 (default), add3 or mul2 (harder: instability shows more), or add1 (direct answers, for --model smollm2)")
     p.add_argument("--model", default="tiny", help="tiny (default, trained in-process) or smollm2 (an optional extra)")
-    p.add_argument("--steps", type=positive, default=d.steps, help=f"RL steps per objective (default {d.steps})")
-    p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the warm start and of every objective's run (default {d.seed})")
-    p.add_argument("--group-size", type=positive, default=d.group_size, help=f"responses per prompt, G (default {d.group_size})")
-    p.add_argument("--prompts-per-step", type=positive, default=d.prompts_per_step,
-                   help=f"prompts (groups) per RL step (default {d.prompts_per_step})")
-    p.add_argument("--micro-batch-size", type=positive, default=d.micro_batch_size,
-                   help=f"responses per micro-batch (default {d.micro_batch_size})")
-    p.add_argument("--updates-per-step", type=positive, default=d.updates_per_step,
-                   help=f"optimizer steps per rollout, each on a share of the groups (default {d.updates_per_step})")
-    p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
-    p.add_argument("--temperature", type=float, default=d.temperature, help=f"sampling temperature (default {d.temperature:g})")
-    p.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm, help=f"gradient clipping (default {d.max_grad_norm:g})")
-    p.add_argument("--warmup-steps", type=non_negative, default=None,
-                   help="supervised warm-start steps (default per task: add2 130, add3 200, mul2 600); cached")
-    p.add_argument("--eval-size", type=positive, default=d.eval_size, help=f"held-out problems for accuracy (default {d.eval_size})")
-    p.add_argument("--eval-every", type=positive, default=d.eval_every,
-                   help=f"evaluate held-out accuracy every this many steps, and at the last (default {d.eval_every})")
+    number(p, "--steps", TrainConfig, default=d.steps, help="RL steps per objective")
+    number(p, "--seed", TrainConfig, default=d.seed, help="seed of the warm start and of every objective's run")
+    number(p, "--group-size", TrainConfig, default=d.group_size, help="responses per prompt, G")
+    number(p, "--prompts-per-step", TrainConfig, default=d.prompts_per_step, help="prompts (groups) per RL step")
+    number(p, "--micro-batch-size", TrainConfig, default=d.micro_batch_size, help="responses per micro-batch")
+    number(p, "--updates-per-step", TrainConfig, default=d.updates_per_step,
+           help="optimizer steps per rollout, each on a share of the groups")
+    number(p, "--lr", TrainConfig, default=d.lr, help="Adam learning rate")
+    number(p, "--temperature", TrainConfig, default=d.temperature, help="sampling temperature")
+    number(p, "--max-grad-norm", TrainConfig, default=d.max_grad_norm, help="gradient clipping")
+    number(p, "--warmup-steps", TrainConfig, optional="default per task: add2 130, add3 200, mul2 600",
+           help="supervised warm-start steps, cached")
+    number(p, "--eval-size", TrainConfig, default=d.eval_size, help="held-out problems for accuracy")
+    number(p, "--eval-every", TrainConfig, default=d.eval_every,
+           help="evaluate held-out accuracy every this many steps, and at the last")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
-    p.add_argument("--threads", type=positive, default=1,
-                   help="torch CPU threads (default 1: at this model size a second thread mostly adds synchronisation)")
+    number(p, "--threads", CommandNumbers, default=1,
+           help="torch CPU threads: at this model size a second thread mostly adds synchronisation")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     p.set_defaults(func=run)
     return p
 
 
 def run(args) -> int:
-    """The ``rlstab demo`` command (torch runs on ``--threads`` threads meanwhile)."""
+    """The ``rlstab demo`` command (torch runs on ``--threads`` threads meanwhile).
+
+    Every flag, objective and the task are checked first, one line per problem, exit status 2.
+    """
+    numbers_ok = check_numbers(args, "rlstab demo")
+    inputs = load_inputs(args.objective or list(DEFAULT_OBJECTIVES), args.task, "rlstab demo")
+    config = train_config(args, "rlstab demo") if numbers_ok else None
+    if config is None or inputs is None:
+        return 2
     missing = missing_plotting("rlstab demo")
     if missing:
         print(missing, file=sys.stderr)
@@ -72,26 +79,19 @@ def run(args) -> int:
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
-        return _run(args)
+        return _run(args, inputs, config)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(args) -> int:
+def _run(args, inputs, config) -> int:
     import copy
 
     from rlstab.demo import report
     from rlstab.trainer.models import load_policy
     from rlstab.trainer.run import Run
 
-    sources = args.objective or list(DEFAULT_OBJECTIVES)
-    inputs = load_inputs(sources, args.task, "rlstab demo")
-    if inputs is None:
-        return 2
     loss_fns, labels, task = inputs
-    config = train_config(args, "rlstab demo")
-    if config is None:
-        return 2
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -13,12 +13,12 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import rlstab
-from rlstab.errors import one_line
+from rlstab.errors import ConfigError, counted, one_line
 from rlstab.lab.checkpoint import SUMMARY_FILE, read_rows, unreadable, write_json
 from rlstab.lab.paired import METRICS, PAIRED_METRICS, PairError, pairs, tables
 from rlstab.lab.regimes import Regime, load_regime
@@ -29,11 +29,24 @@ from rlstab.loading import load
 RESULTS_FILE = "results.json"
 STEPS_FILE = "steps.json"
 MODELS = ("tiny", "smollm2")
-__all__ = ["METRICS", "PAIRED_METRICS", "LabError", "Plan", "collect", "compare", "plan"]
+__all__ = ["MAX_RUNS", "METRICS", "PAIRED_METRICS", "InputErrors", "LabError", "Plan", "check_inputs", "collect", "compare", "plan"]
+
+
+MAX_RUNS = 10_000
+"""The most runs of one grid (objectives x regimes x seeds). Planning reads every run's folder (about a
+millisecond each), and a grid this large is weeks of CPU: a larger one is split over several ``--out``."""
 
 
 class LabError(ValueError):
     """An input of ``compare`` that cannot run (one line: what, the value, what is allowed)."""
+
+
+class InputErrors(LabError):
+    """Several bad inputs of ``compare``, all found before anything runs: ``errors``, each a ConfigError or a LabError."""
+
+    def __init__(self, errors: list[ValueError]):
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
 
 
 @dataclass
@@ -54,55 +67,138 @@ class Plan:
 def plan(
     objectives: Sequence[str], *, out: Path | str, baseline: str | None = None, seeds: int | Sequence[int] = 5,
     steps: int = 100, regimes: Sequence[str | Regime] = ("default",), task: str = "add2", model: str = "tiny",
-    pair: Sequence[str] = (),
+    pair: Sequence[str] = (), log: Callable[[str], None] | None = None,
 ) -> Plan:
-    """Check every input and existing folder; raises ConfigError or LabError before anything runs."""
-    from rlstab.command_line import objective_labels
-    from rlstab.trainer.tasks import get_task
+    """Check every input and existing folder before anything runs.
+
+    Raises the ConfigError or LabError of a bad input, or :class:`InputErrors` with every one when there
+    are several. ``log`` hears one line before a grid of many runs has its folders checked.
+    """
+    from rlstab.trainer.config import MAX_STEPS
 
     if not objectives:
         raise LabError("no objective: give at least one (--objective PRESET|FILE)")
-    if steps < 1:
-        raise LabError(f"steps = {steps}: at least 1")
-    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    if not seed_list or len(set(seed_list)) != len(seed_list) or any(s < 0 for s in seed_list):
-        raise LabError(f"seeds = {seeds!r}: a positive count, or distinct non-negative seeds")
-    loaded = [load(s) for s in objectives]
-    labels = objective_labels(list(objectives))
-    folders = [folder_name(label) for label in labels]
-    if len(set(folders)) != len(folders):
-        raise LabError(f"objectives {labels} give the same run folder names {folders}; rename one (its name: field)")
-    baseline = baseline if baseline is not None else labels[0]
-    if baseline not in labels:
-        raise LabError(f"baseline {baseline!r} is not one of the objectives ({', '.join(labels)})")
-    try:
-        pairing = pairs(labels, baseline, pair)
-    except PairError as err:
-        raise LabError(str(err)) from None
-    regime_list = [load_regime(r) for r in regimes]
-    names = [r.name for r in regime_list]
-    if len(set(names)) != len(names):
-        raise LabError(f"regimes {names}: each name at most once")
-    if model not in MODELS:
-        raise LabError(f"model {model!r}: one of {', '.join(MODELS)}")
-    if model == "smollm2":
-        _check_smollm2()
-    p = Plan(Path(out), labels, list(objectives), baseline, regime_list, seed_list, pairs=pairing)
+    problems: list[ValueError] = []
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        problems.append(LabError(f"steps = {steps!r}: an integer from 1 to {MAX_STEPS:,}"))
+    seed_list = _seed_list(seeds, problems)
+    runs = len(objectives) * len(regimes) * len(seed_list)
+    if runs > MAX_RUNS:
+        problems.append(LabError(f"{counted(len(objectives), 'objective')} x {counted(len(regimes), 'regime')} x "
+                                 f"{len(seed_list):,} seeds = {runs:,} runs: at most {MAX_RUNS:,} in one grid; "
+                                 "split it over several --out folders"))
+    loaded, labels, pairing, regime_list = _inputs(objectives, baseline, pair, regimes, task, model, problems)
+    if problems:
+        raise problems[0] if len(problems) == 1 else InputErrors(problems)
+    p = Plan(Path(out), labels, list(objectives), baseline if baseline is not None else labels[0], regime_list, seed_list,
+             pairs=pairing)
+    if log is not None and runs >= 1000:
+        log(f"[compare] planning {runs:,} runs: checking their folders under {p.out}")
+    texts = [(objective.to_yaml(), objective.fingerprint()) for objective in loaded]
+    folder_problems = []
     for regime in regime_list:
         regime_task = regime.task or task
-        try:
-            get_task(regime_task)
-        except ValueError as err:
-            raise LabError(f"regime {regime.name}: {err}") from None
-        for label, objective in zip(labels, loaded):
+        for label, (text, fingerprint) in zip(labels, texts):
             for seed in seed_list:
-                spec = RunSpec(label, objective.to_yaml(), objective.fingerprint(), regime, regime_task, model, seed, steps)
+                spec = RunSpec(label, text, fingerprint, regime, regime_task, model, seed, steps)
                 folder = spec.folder(p.out)
                 problem = mismatch(spec, folder) or unreadable(folder)
                 if problem:
-                    raise LabError(problem)
+                    folder_problems.append(problem)
                 p.jobs.append((spec, folder))
+    if folder_problems:  # one line: a changed flag gives every run folder the same problem
+        more = len(folder_problems) - 1
+        raise LabError(folder_problems[0] + (f" (and {more} more run folder{'' if more == 1 else 's'} with a problem)"
+                                             if more else ""))
     return p
+
+
+def check_inputs(objectives: Sequence[str], *, baseline: str | None = None, regimes: Sequence[str | Regime] = ("default",),
+                 task: str = "add2", model: str = "tiny", pair: Sequence[str] = ()) -> list[ValueError]:
+    """Every problem of the inputs that are not numbers (objectives, regimes, tasks, model, baseline, pairs), each a
+    ConfigError or a LabError; [] when there is none. ``plan`` checks these and the numbers and folders."""
+    problems: list[ValueError] = []
+    _inputs(objectives, baseline, pair, regimes, task, model, problems)
+    return problems
+
+
+def _inputs(objectives, baseline, pair, regimes, task, model, problems: list[ValueError]):
+    """``(loaded objectives, labels, pairing, regimes)``, adding a problem for each bad input."""
+    loaded, labels, pairing = _objectives(objectives, baseline, pair, problems)
+    regime_list = _regimes(regimes, task, problems)
+    if model not in MODELS:
+        problems.append(LabError(f"model {model!r}: one of {', '.join(MODELS)}"))
+    elif model == "smollm2":
+        try:
+            _check_smollm2()
+        except LabError as err:
+            problems.append(err)
+    return loaded, labels, pairing, regime_list
+
+
+def _seed_list(seeds: int | Sequence[int], problems: list[ValueError]) -> list[int]:
+    """Seeds 0..N-1 of a count, or the given seeds; [] after adding a problem."""
+    from rlstab.trainer.config import MAX_SEED
+
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if 1 <= seeds <= MAX_RUNS:
+            return list(range(seeds))
+        problems.append(LabError(f"seeds = {seeds!r}: a count from 1 to {MAX_RUNS:,}"))
+        return []
+    seed_list = list(seeds)
+    if (not seed_list or len(seed_list) > MAX_RUNS or len(set(seed_list)) != len(seed_list)
+            or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED for s in seed_list)):
+        problems.append(LabError(f"seeds = {seeds!r}: a count from 1 to {MAX_RUNS:,}, or distinct seeds from 0 to {MAX_SEED:,}"))
+        return []
+    return seed_list
+
+
+def _objectives(objectives: Sequence[str], baseline: str | None, pair: Sequence[str], problems: list[ValueError]):
+    """``(loaded objectives, labels, pairing)``; the labels and pairing are empty when any objective is bad."""
+    from rlstab.command_line import objective_labels
+
+    loaded = []
+    for source in objectives:
+        try:
+            loaded.append(load(source))
+        except ConfigError as err:
+            problems.append(err)
+    if len(loaded) < len(objectives):
+        return loaded, [], {}
+    labels = objective_labels(list(objectives))
+    folders = [folder_name(label) for label in labels]
+    if len(set(folders)) != len(folders):
+        problems.append(LabError(f"objectives {labels} give the same run folder names {folders}; rename one (its name: field)"))
+    baseline = baseline if baseline is not None else labels[0]
+    if baseline not in labels:
+        problems.append(LabError(f"baseline {baseline!r} is not one of the objectives ({', '.join(labels)})"))
+        return loaded, labels, {}
+    try:
+        return loaded, labels, pairs(labels, baseline, pair)
+    except PairError as err:
+        problems.append(LabError(str(err)))
+    return loaded, labels, {}
+
+
+def _regimes(regimes: Sequence[str | Regime], task: str, problems: list[ValueError]) -> list[Regime]:
+    """The loaded regimes, each with a task that exists."""
+    from rlstab.trainer.tasks import get_task
+
+    regime_list = []
+    for source in regimes:
+        try:
+            regime_list.append(load_regime(source))
+        except ConfigError as err:
+            problems.append(err)
+    names = [r.name for r in regime_list]
+    if len(set(names)) != len(names):
+        problems.append(LabError(f"regimes {names}: each name at most once"))
+    for regime in regime_list:
+        try:
+            get_task(regime.task or task)
+        except ValueError as err:
+            problems.append(LabError(f"regime {regime.name}: {err}"))
+    return regime_list
 
 
 def _check_smollm2() -> None:
@@ -157,10 +253,12 @@ def compare(
     ``ray_address`` (``auto`` or ``HOST:PORT``) sends each run to a Ray cluster instead. ``pair``
     holds ``OBJECTIVE=BASELINE`` items: that objective is paired with that baseline instead of ``baseline``.
     """
+    for name, value in (("workers", workers), ("checkpoint_every", checkpoint_every)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise LabError(f"{name} = {value!r}: an integer of at least 1")
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if progress else None
     p = plan(objectives, out=out, baseline=baseline, seeds=seeds, steps=steps, regimes=regimes, task=task, model=model,
-             pair=pair)
-    if checkpoint_every < 1:
-        raise LabError(f"checkpoint_every = {checkpoint_every}: at least 1")
+             pair=pair, log=say)
     p.out.mkdir(parents=True, exist_ok=True)
     results: dict[Path, dict] = {}
     todo = []

@@ -7,7 +7,23 @@ import os
 import shlex
 import sys
 
-from rlstab.command_line import missing_plotting, positive
+from pydantic import BaseModel, Field
+
+from rlstab.command_line import missing_plotting
+from rlstab.lab.compare import MAX_RUNS
+from rlstab.lab.regimes import regime_names
+from rlstab.number_flags import CommandNumbers, check_numbers, number
+from rlstab.trainer.config import TrainConfig
+
+MAX_SHOWN = 10
+"""Problems printed before "... and N more" (a grid can have thousands of mismatched run folders)."""
+
+
+class GridNumbers(BaseModel):
+    """``compare``'s own count: seeds per objective and regime."""
+
+    seeds: int = Field(5, ge=1, le=MAX_RUNS)
+    """Seeds 0..N-1 (and the whole grid, objectives x regimes x seeds, is at most ``MAX_RUNS`` runs)."""
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -29,17 +45,18 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="pair this objective with this baseline instead, e.g. the one it extends (stapo=dapo); repeatable")
     p.add_argument("--protocol", metavar="FILE",
                    help="a YAML file with the pairing (baseline:, pairs: {OBJECTIVE: BASELINE}); --baseline and --pair add to it")
-    p.add_argument("--seeds", type=positive, default=5, help="seeds 0..N-1 per objective and regime (default 5)")
-    p.add_argument("--steps", type=positive, default=100, help="RL steps per run (default 100)")
+    number(p, "--seeds", GridNumbers, default=5,
+           help=f"seeds 0..N-1 per objective and regime; the grid holds at most {MAX_RUNS:,} runs")
+    number(p, "--steps", TrainConfig, default=100, help="RL steps per run")
     p.add_argument("--regime", action="append", metavar="NAME|FILE",
-                   help="a shipped regime (default, entropy-collapse, policy-lag, sparse, small-lm) or a regime YAML file; "
+                   help=f"a shipped regime ({', '.join(regime_names())}) or a regime YAML file; "
                         "repeat for several (default: default)")
     p.add_argument("--task", default="add2", help="task of the regimes that do not fix one: add2 (default), add3, mul2, add1")
     p.add_argument("--model", default="tiny", help="tiny (default) or smollm2 (an optional extra)")
-    p.add_argument("--workers", type=positive, default=None,
-                   help=f"local worker processes, one run and one torch thread each (default: the cores, {os.cpu_count()})")
+    number(p, "--workers", CommandNumbers, optional=f"default: the cores, {os.cpu_count()}",
+           help="local worker processes, one run and one torch thread each")
     p.add_argument("--ray-address", metavar="auto|HOST:PORT", help="send each run to this Ray cluster instead (needs rlstab[ray])")
-    p.add_argument("--checkpoint-every", type=positive, default=10, help="steps between a run's checkpoints (default 10)")
+    number(p, "--checkpoint-every", CommandNumbers, default=10, help="steps between a run's checkpoints")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
     p.add_argument("--out", required=True, help="output folder (the same folder resumes a grid)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
@@ -48,32 +65,57 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from rlstab.errors import ConfigError, one_line
-    from rlstab.lab.compare import LabError, compare
+    """The ``rlstab compare`` command: every flag and input checked first, one line per problem, exit status 2."""
+    from rlstab.errors import ConfigError
+    from rlstab.lab.compare import InputErrors, LabError, check_inputs, compare
 
+    if not check_numbers(args, "rlstab compare"):
+        # The numbers are bad; the objectives, regimes and pairing are still checked, so that every problem shows.
+        try:
+            _report(check_inputs(args.objective, **_inputs(args)))
+        except (ConfigError, LabError, OSError) as err:
+            _report([err])
+        return 2
     missing = missing_plotting("rlstab compare")
     if missing:
         print(missing, file=sys.stderr)
         return 2
 
-    from rlstab.lab.protocol import load_protocol, merged
-
     command = "rlstab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None
     try:
-        baseline, pair = merged(load_protocol(args.protocol) if args.protocol else None, args.baseline, args.pair)
         data = compare(
-            args.objective, out=args.out, baseline=baseline, seeds=args.seeds, steps=args.steps,
-            regimes=args.regime or ["default"], task=args.task, model=args.model, workers=args.workers,
+            args.objective, out=args.out, seeds=args.seeds, steps=args.steps, workers=args.workers,
             ray_address=args.ray_address, cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every,
-            progress=not args.quiet, command=command, pair=pair,
+            progress=not args.quiet, command=command, **_inputs(args),
         )
-    except ConfigError as err:
-        print(err, file=sys.stderr)
+    except InputErrors as err:
+        _report(err.errors)
         return 2
-    except (LabError, RuntimeError, OSError) as err:
-        print(one_line(f"rlstab compare: {err}"), file=sys.stderr)
+    except (ConfigError, LabError, RuntimeError, OSError) as err:
+        _report([err])
         return 2
     out = args.out
     written = ["results.json", "steps.json", "report.md", "curves.png"] + (["differences.png"] if data["settings"]["pairs"] else [])
-    print(f"{len(data['runs'])} runs; wrote " + ", ".join(f"{out}/{name}" for name in written))
+    runs = len(data["runs"])
+    print(f"{runs} run{'' if runs == 1 else 's'}; wrote " + ", ".join(f"{out}/{name}" for name in written))
     return 0
+
+
+def _inputs(args) -> dict:
+    """``compare``'s keyword arguments that are not numbers, with the protocol file's pairing merged in."""
+    from rlstab.lab.protocol import load_protocol, merged
+
+    baseline, pair = merged(load_protocol(args.protocol) if args.protocol else None, args.baseline, args.pair)
+    return {"baseline": baseline, "pair": pair, "regimes": args.regime or ["default"], "task": args.task, "model": args.model}
+
+
+def _report(errors: list[Exception]) -> None:
+    """One line per problem on stderr (a ConfigError's lines as they are), at most ``MAX_SHOWN``."""
+    from rlstab.errors import ConfigError, one_line
+
+    lines = [line for err in errors
+             for line in (str(err).splitlines() if isinstance(err, ConfigError) else [one_line(f"rlstab compare: {err}")])]
+    for line in lines[:MAX_SHOWN]:
+        print(line, file=sys.stderr)
+    if len(lines) > MAX_SHOWN:
+        print(f"rlstab compare: ... and {len(lines) - MAX_SHOWN} more problems", file=sys.stderr)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlstab.errors import counted
+from rlstab.lab.axes import integer_steps
 from rlstab.lab.checkpoint import read_rows
 from rlstab.lab.paired import pairing_of
 from rlstab.lab.statistics import mean_interval
@@ -71,10 +73,11 @@ def write_differences(out: Path, data: dict, path: Path) -> Path | None:
                 ax.axhline(0.0, color="black", linewidth=0.8)
                 ax.set_title(f"{regime}: {title}" if row == 0 else title, fontsize=9.5)
                 ax.grid(alpha=0.3)
+        integer_steps(axes[-1, col])  # shared by the column: a run of 3 steps has no tick at 0.5
         axes[-1, col].set_xlabel("RL step")
     axes[0, 0].legend(fontsize=8, loc="best")
     n = len(data["settings"]["seeds"])
-    fig.suptitle(f"rlstab compare: objective minus its baseline, paired by seed ({n} seeds)\n"
+    fig.suptitle(f"rlstab compare: objective minus its baseline, paired by seed ({counted(n, 'seed')})\n"
                  "thin: each seed; thick: mean, band = 95% paired t interval", fontsize=10.5)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -50,7 +50,7 @@ def load_protocol(path: str | Path) -> Protocol:
     try:
         return Protocol.model_validate(data, strict=True)
     except ValidationError as err:
-        raise ConfigError(label, describe_validation_error(err, data)) from None
+        raise ConfigError(label, describe_validation_error(err, data, Protocol)) from None
 
 
 def merged(protocol: Protocol | None, baseline: str | None, pair: list[str]) -> tuple[str | None, list[str]]:

@@ -77,4 +77,4 @@ def _validate(data: dict, label: str) -> Regime:
     try:
         return Regime.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(label, describe_validation_error(err, data)) from None
+        raise ConfigError(label, describe_validation_error(err, data, Regime)) from None

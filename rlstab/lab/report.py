@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from rlstab.errors import counted
+from rlstab.lab.axes import integer_steps, percent_axis
 from rlstab.lab.checkpoint import read_rows
 from rlstab.lab.paired import PAIRED_METRICS, pairing_of
 from rlstab.lab.statistics import ALPHA, POWER, mde_factor, mean_interval
@@ -86,8 +88,8 @@ def markdown(data: dict) -> str:
         "# rlstab compare report",
         "",
         f"- command: `{data['command'] or '(from Python)'}`",
-        f"- {len(s['objectives'])} objectives x {n} seeds ({', '.join(map(str, s['seeds']))}) x {len(s['regimes'])} "
-        f"regimes, {s['steps']} RL steps each, model {s['model']}; baseline {s['baseline']}"
+        f"- {counted(len(s['objectives']), 'objective')} x {counted(n, 'seed')} ({', '.join(map(str, s['seeds']))}) x "
+        f"{counted(len(s['regimes']), 'regime')}, {counted(s['steps'], 'RL step')} each, model {s['model']}; baseline {s['baseline']}"
         + ("; paired instead: " + ", ".join(f"{k} with {v}" for k, v in own.items()) if own else ""),
         "- software: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
         "- objectives: " + ", ".join(f"{k} ({v['source']}, {v['fingerprint'][:12]})" for k, v in s["objectives"].items()),
@@ -96,7 +98,7 @@ def markdown(data: dict) -> str:
         lines.append(f"- statistics: {data['restated']}")
     lines += [
         "",
-        f"Intervals are 95% Student-t intervals over the {n} seeds (the mean's, not the runs' spread). "
+        f"Intervals are 95% Student-t intervals over the {counted(n, 'seed')} (the mean's, not the runs' spread). "
         "Paired differences pair each objective's run with its baseline's of the same seed. "
         f"p is the two-sided paired t-test's; Holm p is Holm's step-down adjustment over all {count} paired "
         "comparisons of this report; a difference is called distinguishable only when its Holm p is below "
@@ -228,6 +230,7 @@ def write_curves(plan, data: dict, path: Path) -> Path:
                              squeeze=False, sharex="col")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for col, regime in enumerate(regimes):
+        percents: list[float] = []  # every value drawn on this column's silenced panel
         for i, label in enumerate(plan.labels):
             rows_by_seed = [read_rows(plan.out / r["folder"]) for r in data["runs"]
                             if r["regime"] == regime and r["objective"] == label]
@@ -240,15 +243,16 @@ def write_curves(plan, data: dict, path: Path) -> Path:
                 ax.fill_between(x, [v * scale for v in low], [v * scale for v in high], color=colour, alpha=0.18, linewidth=0)
                 ax.set_title(f"{regime}: {title}" if row == 0 else title, fontsize=9.5)
                 if field == "silenced_fraction":
-                    # Silenced shares span 0.001% (STAPO's spurious tokens) to 80% (20-Entropy): a
-                    # linear axis shows the small ones as zero. Linear below 0.01%, logarithmic above.
-                    ax.set_yscale("symlog", linthresh=0.01)
+                    percents += [v * scale for v in mean + high]
                 ax.grid(alpha=0.3)
+        # Silenced shares span 0.001% (STAPO's spurious tokens) to 80% (20-Entropy): see rlstab.lab.axes.
+        percent_axis(axes[[f for f, _, _ in _PANELS].index("silenced_fraction"), col], percents)
+        integer_steps(axes[-1, col])  # shared by the column: a run of 3 steps has no tick at 0.5
         axes[-1, col].set_xlabel("RL step")
     axes[0, 0].legend(fontsize=8, loc="best")
     n = len(data["settings"]["seeds"])
     # Two lines: one regime's column is too narrow for the whole title on one.
-    fig.suptitle(f"rlstab compare: mean over {n} seeds\nband = 95% t interval of the mean", fontsize=10.5)
+    fig.suptitle(f"rlstab compare: mean over {counted(n, 'seed')}\nband = 95% t interval of the mean", fontsize=10.5)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

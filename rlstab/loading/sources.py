@@ -66,4 +66,4 @@ def load(source: Any) -> Objective:
     try:
         return Objective.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(label, describe_validation_error(err, data)) from None
+        raise ConfigError(label, describe_validation_error(err, data, Objective)) from None

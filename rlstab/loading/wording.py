@@ -3,19 +3,22 @@
 pydantic reports a location tuple and a message per error; [`describe_validation_error`][rlstab.loading.wording.describe_validation_error]
 turns them into the one-line problems of a [`ConfigError`][rlstab.ConfigError] (``masks[0].tau_p = 1.5:
 Input should be less than 1``), joins a union's alternatives, adds a hint where YAML 1.1 and 1.2
-read a scalar differently, and says why an unknown ``kind`` is unknown (a plugin refused at load).
+read a scalar differently, says why an unknown ``kind`` is unknown (a plugin refused at load), names the
+closest fields to an unknown one, and says that a NaN or infinity is not a number rather than that it fails a bound.
 It sits with the loader, its one user besides the lab's regime files, above the registry it asks.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rlstab.errors import short
+from rlstab.loading.suggest import close_fields
 from rlstab.registry.families import FAMILIES
 from rlstab.registry.store import why_unknown
 
@@ -67,9 +70,19 @@ def yaml11_hint(value: Any) -> str:
     return ""
 
 
-def describe_validation_error(err: ValidationError, data: Any) -> list[str]:
+_BOUNDS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
+
+
+def _not_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def describe_validation_error(err: ValidationError, data: Any, model: type[BaseModel] | None = None) -> list[str]:
     """pydantic's errors for ``data`` as rlstab's problem lines: the YAML path, the offending value, what is
-    allowed (a union's alternatives on one line), and why an unknown kind is unknown."""
+    allowed (a union's alternatives on one line), and why an unknown kind is unknown.
+
+    ``model``: the model ``data`` was validated against; with it an unknown field is answered with the
+    closest fields allowed there (``masks[0].tau: unknown field ...; did you mean 'tau_p'?``)."""
     problems: list[str] = []
     lines: dict[str, int] = {}  # "path = value: " -> index in problems, to join a union's alternatives
     hints: dict[int, str] = {}
@@ -77,7 +90,11 @@ def describe_validation_error(err: ValidationError, data: Any) -> list[str]:
         path = yaml_path(e["loc"], data)
         kind, msg = e["type"], e["msg"]
         if kind == "extra_forbidden":
-            problems.append(f"{path}: unknown field (value {short(e['input'])}); check its spelling")
+            close = close_fields(model, e["loc"], e["loc"][-1] if e["loc"] else None)
+            guess = f"did you mean {' or '.join(map(repr, close))}?" if close else "check its spelling"
+            problems.append(f"{path}: unknown field (value {short(e['input'])}); {guess}")
+        elif kind in _BOUNDS and _not_finite(e["input"]):  # NaN fails every bound: say why, not "less than 1"
+            problems.append(f"{path} = {short(e['input'])}: not a finite number; {msg[0].lower()}{msg[1:]}")
         elif kind == "missing":
             problems.append(f"{path}: required field is missing")
         elif kind == "union_tag_invalid":

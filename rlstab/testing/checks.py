@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 from rlstab.registry import FAMILIES
 from rlstab.testing.hosting import family_name
+from rlstab.testing.main_guard import require_main_guard
 from rlstab.testing.masks import check_silenced_tokens_get_zero_gradient
 from rlstab.testing.padding import check_no_valid_token_gives_zero_loss, check_padding_changes_nothing
 from rlstab.testing.ranks import check_two_ranks_equal_one_process
@@ -64,11 +65,17 @@ def check_component(component, *, checks: Iterable[str] | None = None, host=None
 
     ``host``: an objective (anything ``rlstab.load`` accepts) to put the component into, for a
     component that needs companions; default a minimal one (``rlstab.testing.hosting``).
+
+    The two-rank check spawns processes, which re-run a script's top level: from a script, call this
+    under ``if __name__ == "__main__":`` (a call outside it raises
+    [`MainGuardError`][rlstab.testing.main_guard.MainGuardError] before any check runs).
     """
     names = applicable_checks(component) if checks is None else list(checks)
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown checks {unknown}; the checks are {', '.join(CHECKS)}")
+    if "two_ranks_equal_one_process" in names:
+        require_main_guard()  # before the other checks: the spawned ranks would re-run an unguarded script
     failures = []
     for name in names:
         check, _ = CHECKS[name]

@@ -36,6 +36,7 @@ from rlstab.registry import family_of, registrations
 from rlstab.testing.batches import leaves, make_batch, take
 from rlstab.testing.compare import assert_close, assert_grads_close, assert_same, step_metrics, summary
 from rlstab.testing.hosting import components_of, host_objective
+from rlstab.testing.main_guard import require_main_guard
 from rlstab.testing.report import checking
 from rlstab.testing.running import gradients, loss_and_grad, run_step
 from rlstab.testing.steps import declares_per_micro_batch
@@ -164,6 +165,7 @@ def _rank_case(rank: int, world: int, case: dict) -> dict:
 
 def _spawn(cases: list[dict]) -> list[dict[int, object]]:
     """Run ``cases`` on two spawned gloo ranks: per case, ``{rank: result dict, or an error message}``."""
+    require_main_guard()  # an unguarded script would be re-run by each rank, which then dies
     mp = torch.multiprocessing
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

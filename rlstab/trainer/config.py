@@ -13,19 +13,24 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+MAX_STEPS = 100_000
+"""The most RL steps of a run (``TrainConfig.steps``; also the widest ``eval_every``): days on the embedded trainer."""
+MAX_SEED = 999_999
+"""The largest seed (``TrainConfig.seed``): below a million a run's generators stay apart (``rlstab.trainer.passk.sample_seed``)."""
+
 
 class TrainerSettings(BaseModel):
     """How the embedded trainer runs: every knob but the run's length and seed."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    lr: float = Field(3e-5, gt=0, le=1)
+    lr: float = Field(3e-5, gt=0, le=1, allow_inf_nan=False)
     """Adam's learning rate."""
     updates_per_step: int = Field(2, ge=1, le=64)
     """Optimizer updates per rollout batch (mini-batches of whole groups): more is further off-policy."""
     policy_lag: int = Field(0, ge=0, le=64)
     """Rollouts are sampled by the policy this many steps behind (an asynchronous trainer's staleness)."""
-    temperature: float = Field(0.8, gt=0, le=10)
+    temperature: float = Field(0.8, gt=0, le=10, allow_inf_nan=False)
     """Sampling temperature."""
     group_size: int = Field(8, ge=2, le=256)
     """Responses per prompt (one GRPO group)."""
@@ -33,9 +38,9 @@ class TrainerSettings(BaseModel):
     """Prompts (groups) per RL step."""
     micro_batch_size: int = Field(32, ge=1, le=4096)
     """Responses per micro-batch."""
-    max_grad_norm: float = Field(1.0, gt=0)
-    """Gradient clipping."""
-    eval_every: int = Field(5, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0, le=1e9, allow_inf_nan=False)
+    """Gradient clipping: the largest gradient norm (1e9: in effect none)."""
+    eval_every: int = Field(5, ge=1, le=100_000)
     """Held-out accuracy every this many steps, and at the last."""
     eval_size: int = Field(256, ge=1, le=4096)
     """Held-out problems for accuracy."""
@@ -65,7 +70,7 @@ class TrainerSettings(BaseModel):
 class TrainConfig(TrainerSettings):
     """One run's settings: the trainer's knobs, its number of RL steps and its seed."""
 
-    steps: int = Field(100, ge=1)
+    steps: int = Field(100, ge=1, le=100_000)
     """RL steps."""
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=999_999)
     """Seed of the warm start, the problems, the sampling and torch's global stream."""

@@ -289,5 +289,7 @@ def test_grpo_with_the_token_baseline_runs_two_steps_in_the_embedded_trainer(tmp
 def test_explain_says_who_supplies_sum_pi_squared():
     text = rlstab.load({"extends": "grpo", "advantage": {"kind": "optimal_token_baseline"}}).explain()
     assert "A   = optimal_token_baseline: A_i,t = R_i - B_g(t)" in text
-    assert "advantage (optimal_token_baseline) input sum_pi_squared: rlstab's embedded trainer" in text
-    assert "actor_rollout_ref.actor.calculate_sum_pi_squared=True); refused by OpenRLHF and TRL" in text
+    assert "sum_pi_squared: advantage (optimal_token_baseline), only for a batch without advantages" in text
+    assert ("  step     advantage (optimal_token_baseline): the estimator: embedded; veRL computes it in its driver "
+            "(algorithm.adv_estimator=optimal_token_baseline, actor_rollout_ref.actor.calculate_sum_pi_squared=True); "
+            "refused by OpenRLHF, TRL") in text

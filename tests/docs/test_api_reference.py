@@ -261,3 +261,22 @@ def test_no_private_name_is_shown_or_anchored(pages):
     for path, page in pages.items():
         assert not [code for code in page.codes if private.match(code)], path
         assert not [anchor for anchor in page.ids if re.search(r"\._(?!_)", anchor)], path
+
+
+def test_every_attribute_of_tokens_is_in_the_reference(built_site):
+    """A plugin author reads ``Tokens`` (what a component's methods receive) in the API reference:
+    each of its fields is a row of its attributes table, with a description."""
+    import dataclasses
+
+    from rlstab.tokens import Tokens
+
+    html = (built_site / "reference" / "registry" / "index.html").read_text(encoding="utf-8")
+    start = html.index('id="rlstab.tokens.Tokens"')
+    end = re.compile(r'id="rlstab\.(?!tokens\.Tokens)').search(html, start)  # the next object's heading
+    section = html[start : end.start() if end else len(html)]
+    rows = dict(re.findall(r'<span title="rlstab\.tokens\.Tokens\.(\w+)">\w+</span></code></td>(.*?)</tr>', section, re.S))
+    fields = [f.name for f in dataclasses.fields(Tokens)]
+    assert list(rows) == fields
+    for name, cells in rows.items():
+        description = re.sub(r"<[^>]+>", "", cells.rsplit("<td>", 1)[-1]).strip()
+        assert len(description) > 10, name

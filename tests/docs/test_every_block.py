@@ -93,6 +93,7 @@ ELSEWHERE = {
     ("docs/yaml.md", "dup.yaml: line 3, column 1: duplicate key 'name'"): "tests/docs/test_yaml_page.py::test_the_other_messages_are_what_the_small_files_print",
     ("docs/yaml.md", "$ rlstab validate dapo-s2t.yaml bad.yaml"): "tests/docs/test_yaml_page.py::test_validate_of_a_good_and_a_bad_file",
     ("docs/yaml.md", "$ rlstab presets"): "tests/docs/test_yaml_page.py::test_presets_output",
+    ("docs/yaml.md", "$ rlstab validate --trainer verl stapo tis"): "tests/adapters/test_trainers.py::test_the_yaml_pages_block_is_what_validate_prints",
     ("docs/expressions.md", "# config.yaml"): "tests/docs/test_expressions_page.py::test_the_file_prints_the_line_the_page_shows",
     ("docs/expressions.md", "$ rlstab validate config.yaml"): "tests/docs/test_expressions_page.py::test_the_file_prints_the_line_the_page_shows",
     ("docs/expressions.md", "    compile_expression(\"advantage > 0 and entropy and 0.3\")"): "tests/docs/test_expressions_page.py::test_the_python_block_prints_the_caret_drawing",
@@ -114,6 +115,7 @@ ELSEWHERE = {
     ("docs/adapters/verl.md", "python3 -m verl.trainer.main_ppo \\"): "tests/adapters/verl/test_docs_command.py::test_documented_command_composes_and_passes_verls_validation",
     ("docs/adapters/openrlhf.md", "python -m rlstab.adapters.openrlhf --objective stapo \\"): "tests/adapters/openrlhf/test_launcher.py::test_documented_command_passes_openrlhfs_parser_and_starts_ray_with_the_hook",
     ("docs/adapters/trl.md", "from rlstab.adapters.trl import RlstabGRPOTrainer"): "tests/adapters/trl/test_example.py::test_the_example_config_agrees_with_the_objective_and_trains",
+    ("docs/adapters/trl.md", "from trl_grpo_stapo import DATASET, build_trainer, make_config"): "tests/adapters/trl/test_example.py::test_the_single_gpu_example_trains",
 }
 
 # Objective files a page shows to print their errors: they must fail to validate (the page's test
@@ -206,7 +208,7 @@ OTHER_COMMANDS = {
 
 # A text block that shows what a command prints, with the files the page's text implies.
 TEXT_OUTPUTS = {
-    ("docs/adapters/openrlhf.md", "rlstab: --objective -> my-objective.yaml: masks[0].tau_pp: unknown field (value 0.1); check its spelling"): (
+    ("docs/adapters/openrlhf.md", "rlstab: --objective -> my-objective.yaml: masks[0].tau_pp: unknown field (value 0.1); did you mean 'tau_p'?"): (
         ["python", "-m", "rlstab.adapters.openrlhf", "--objective", "my-objective.yaml"],
         {"my-objective.yaml": "extends: stapo\nmasks:\n  - {kind: s2t, tau_pp: 0.1}\n"},
     ),
@@ -267,11 +269,15 @@ def run_cli(capsys, argv: list[str]) -> tuple[int, list[str]]:
 
 
 def parses(argv: list[str]) -> None:
+    """The command parses, and its number flags are within their ranges (``rlstab.number_flags``)."""
+    from rlstab.number_flags import check_numbers
+
     with contextlib.redirect_stderr(io.StringIO()) as err:
         try:
-            build_parser().parse_args(argv)
+            args = build_parser().parse_args(argv)
         except SystemExit as exit_:
             raise AssertionError(f"rlstab {shlex.join(argv)}: {err.getvalue().strip()}") from exit_
+        assert check_numbers(args, "rlstab"), f"rlstab {shlex.join(argv)}: {err.getvalue().strip()}"
 
 
 # ----- YAML

@@ -50,3 +50,14 @@ def test_the_extras_table_is_pyprojects():
 def test_the_changelog_names_the_packages_version():
     changelog = (ROOT / "docs" / "changelog.md").read_text()
     assert re.search(r"^## (\S+)", changelog, flags=re.M).group(1) == rlstab.__version__
+
+
+def test_every_page_states_the_python_pyproject_requires():
+    """README and install.md name pyproject's lowest Python, and the one the set-up scripts test on."""
+    lowest = re.search(r'requires-python = ">=(3\.\d+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    tested = re.search(r"command -v python(3\.\d+)", SCRIPTS).group(1)
+    readme = (ROOT / "README.md").read_text()
+    assert f"Python {lowest} or later (tested on {tested})" in readme
+    assert f"Python {lowest} or later (it is developed and tested on {tested})" in PAGE
+    for text in (readme, PAGE):  # no other Python version claimed
+        assert set(re.findall(r"Python (3\.\d+)", text)) <= {lowest, tested}

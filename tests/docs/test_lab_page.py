@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import rlstab.lab
-from rlstab.cli import build_parser
+from rlstab.cli import build_parser, main
 from rlstab.errors import ConfigError
 from rlstab.lab import LabError, load_regime, plan
 from rlstab.lab.regimes import regime_names
@@ -88,7 +88,7 @@ def test_the_python_example_runs(tmp_path, monkeypatch):
                                "p_holm", "mde"}
 
 
-def test_the_error_lines_are_what_the_lab_prints(tmp_path, monkeypatch):
+def test_the_error_lines_are_what_the_lab_prints(tmp_path, monkeypatch, capsys):
     lines = PAGE.split("the exit status is 2:\n\n")[1].split("\n\n")[0].splitlines()
     assert lines[0].strip() == str(pytest.raises(ConfigError, load_regime, "policy_lag").value)
     monkeypatch.chdir(tmp_path)
@@ -98,6 +98,9 @@ def test_the_error_lines_are_what_the_lab_prints(tmp_path, monkeypatch):
     write_spec(spec, folder)
     longer = RunSpec(**{**spec.__dict__, "steps": 200})
     assert lines[1].strip() == f"rlstab compare: {mismatch(longer, folder)}"
+    capsys.readouterr()
+    assert main(["compare", "--objective", "grpo", "--seeds", "0", "--out", str(tmp_path / "out")]) == 2
+    assert [line.strip() for line in lines[2:]] == capsys.readouterr().err.splitlines()
 
 
 PUBLISHED = sorted((ROOT / "docs" / "lab").glob("*.json"))

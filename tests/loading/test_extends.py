@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import rlstab
@@ -61,3 +63,27 @@ def test_a_cycle_anywhere_in_the_chain_is_named(tmp_path):
         rlstab.load(tmp_path / "a.yaml")
     a, b, c = (str(tmp_path / f"{n}.yaml") for n in "abc")
     assert str(info.value) == f"{c}: extends = './b.yaml': circular ({a} -> {b} -> {c} -> {b})"
+
+
+def test_a_derived_objective_does_not_take_its_parents_name_and_explain_names_its_file(tmp_path, capsys):
+    from rlstab.cli import main
+
+    parent = rlstab.load("dapo")
+    assert parent.name == "dapo" and parent.description
+    path = tmp_path / "wider.yaml"
+    path.write_text("extends: dapo\nsurrogate: {eps_high: 0.3}\n")
+    derived = rlstab.load(path)
+    assert (derived.name, derived.description) == (None, None)
+    assert derived.surrogate.eps_high == 0.3 and derived.surrogate.eps_low == parent.surrogate.eps_low
+    assert main(["explain", str(path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"{path} (no name: set `name:` and `description:`")
+    assert derived.explain().startswith("objective (no name:")  # from Python, without a source
+    named = rlstab.load("extends: dapo\nname: wider\ndescription: dapo with eps_high 0.3\n")
+    assert named.explain().splitlines()[:2] == ["wider", "  dapo with eps_high 0.3"]
+
+
+def test_the_yaml_page_says_what_extends_does_with_the_name():
+    page = (Path(__file__).parents[2] / "docs" / "yaml.md").read_text()
+    assert "does not inherit its `name` and\n`description`" in page
+    assert "inherits its `name`" not in page

@@ -78,4 +78,4 @@ def test_the_demo_and_the_lab_write_the_same_rows(tmp_path, cache, capsys):
 
 def test_the_demo_names_a_flag_out_of_the_trainers_range(tmp_path, capsys):
     assert main(["demo", "--group-size", "1", "--steps", "1", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == "rlstab demo: --group-size 1: input should be greater than or equal to 2\n"
+    assert capsys.readouterr().err == "rlstab demo: --group-size 1: must be an integer from 2 to 256\n"

@@ -17,13 +17,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from rlstab.adapters.trainer_parts import added_by_trainer, unexecutable, unsupplied
-from rlstab.aggregation import TokenSum
+from rlstab.adapters import trainers
 from rlstab.errors import ConfigError
 from rlstab.loading import load, parse_yaml
 from rlstab.objective import Objective
 from rlstab.presets import closest_presets, preset_names
-from rlstab.regularisers import AdaptiveEntropy, EntropyBonus, KLPenalty
 
 OBJECTIVE_ENV = "RLSTAB_OPENRLHF_OBJECTIVE"
 """Environment variable holding the objective's YAML in every process of the run."""
@@ -31,25 +29,9 @@ OBJECTIVE_ENV = "RLSTAB_OPENRLHF_OBJECTIVE"
 STEP_STATISTICS_ENV = "RLSTAB_OPENRLHF_STEP_STATISTICS"
 """Environment variable holding where step statistics come from (``optimizer_step`` or ``local``) in every process."""
 
-STEP_STATISTICS = ("optimizer_step", "local")
+STEP_STATISTICS = trainers.OPENRLHF.step_statistics
 """``optimizer_step`` (default): over every micro-batch of the optimizer step and every data-parallel rank;
 ``local``: each micro-batch is its own step (the adapter's behaviour before step-wide statistics)."""
-
-_UNSUPPORTED_REGULARISERS = {
-    EntropyBonus: "OpenRLHF adds the entropy bonus itself, with gradient: use --actor.entropy_coef",
-    # after EntropyBonus (its base class): the more specific line wins
-    AdaptiveEntropy: (
-        "OpenRLHF adds the entropy bonus itself, with a fixed --actor.entropy_coef and no adaptive controller; use a "
-        "fixed --actor.entropy_coef, or run adaptive_entropy in the embedded trainer or TRL"
-    ),
-    KLPenalty: "OpenRLHF adds the KL loss itself: use --algo.kl.use_loss with --algo.kl.init_coef and --algo.kl.estimator",
-}
-_UNAVAILABLE_FIELDS = {
-    "ref_logprobs": "OpenRLHF's PolicyLoss is not given reference log-probabilities (its KL loss is separate)",
-    "rewards": "OpenRLHF computes rewards and advantages before the loss (use its dynamic filtering and reward "
-    "options, or rlstab.step in your reward function)",
-    "group_ids": "OpenRLHF's PolicyLoss is not given prompt groups",
-}
 
 
 def build_objective(objective: Any, overrides: Any = None, label: str = "--objective") -> Objective:
@@ -84,18 +66,43 @@ def _names_a_preset_or_file(text: str) -> bool:
 
 
 def check_supported(objective: Objective, label: str = "--objective") -> None:
-    """Refuse components that OpenRLHF's loss call cannot feed, with the OpenRLHF flag to use instead."""
-    refused = added_by_trainer(objective, "OpenRLHF", _UNSUPPORTED_REGULARISERS)
-    problems = list(refused.values())
-    if isinstance(objective.aggregation, TokenSum):
-        problems.append(
-            "aggregation.kind = 'token-sum': not available in OpenRLHF; DeepSpeed divides every micro-batch loss by "
-            "the gradient-accumulation steps, which the loss cannot see. Use token-mean or a seq-mean-* aggregation"
-        )
-    problems += unexecutable(objective, "OpenRLHF")
-    problems += unsupplied(objective, _UNAVAILABLE_FIELDS, reported=refused)
+    """Refuse components that OpenRLHF's loss call cannot feed, with the OpenRLHF flag to use instead.
+
+    The lines are [`trainers.problems`][rlstab.adapters.trainers.problems]'s, as ``rlstab validate --trainer openrlhf`` prints them.
+    """
+    problems = trainers.problems(objective, "openrlhf")
     if problems:
         raise ConfigError(label, problems)
+
+
+CORRECTION_FLAG = "--algo.advantage.is_correction_level"
+"""OpenRLHF's flag with which it records vLLM's log-probabilities (``token`` or ``seq``; ``off`` records none)."""
+
+
+def check_rollout_source(objective: Objective, is_correction_level: str, label: str) -> None:
+    """Refuse, at start-up, an objective that reads vLLM's log-probabilities when OpenRLHF records none.
+
+    OpenRLHF passes ``rollout_log_probs`` to its loss only with ``is_correction_level`` ``token``
+    or ``seq``; without this check the run would stop at its first micro-batch.
+    """
+    readers = list(dict.fromkeys(objective.plan().readers("rollout_logprobs")))
+    if readers and is_correction_level == "off":
+        setting, why = trainers.OPENRLHF.on_setting["rollout_logprobs"]
+        raise ConfigError(label, [
+            f"{', '.join(readers)} {'reads' if len(readers) == 1 else 'read'} TokenBatch.rollout_logprobs: {why}; "
+            f"{CORRECTION_FLAG} is off"
+        ])
+
+
+def correction_level(argv: list[str]) -> str:
+    """The value of ``--algo.advantage.is_correction_level`` among OpenRLHF's arguments; OpenRLHF's default ``off``."""
+    level = "off"
+    for i, arg in enumerate(argv):
+        if arg == CORRECTION_FLAG and i + 1 < len(argv):
+            level = argv[i + 1]
+        elif arg.startswith(f"{CORRECTION_FLAG}="):
+            level = arg.split("=", 1)[1]
+    return level
 
 
 def objective_to_env(objective: Objective) -> str:

@@ -28,6 +28,8 @@ from rlstab.adapters.openrlhf.config import (
     STEP_STATISTICS,
     STEP_STATISTICS_ENV,
     build_objective,
+    check_rollout_source,
+    correction_level,
     objective_to_env,
 )
 from rlstab.adapters.openrlhf.hook import SETUP_HOOK
@@ -97,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if ours.objective_overrides is not None:
             overrides = parse_yaml(ours.objective_overrides, "--objective-overrides")
         objective = build_objective(ours.objective, overrides, label="--objective")
+        check_rollout_source(objective, correction_level(rest), "--objective")
     except (ConfigError, TypeError) as err:
         print(f"rlstab: {err}", file=sys.stderr)
         raise SystemExit(2) from None

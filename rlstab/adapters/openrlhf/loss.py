@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from rlstab.adapters.openrlhf.config import (
     build_objective,
+    check_rollout_source,
     check_step_statistics,
     objective_from_env,
     step_statistics_from_env,
@@ -111,6 +112,8 @@ class RlstabPolicyLoss(PolicyLoss):
             self.objective = objective_from_env()
         else:
             self.objective = build_objective(objective, overrides, label="RlstabPolicyLoss(objective=...)")
+        # OpenRLHF builds this loss when its actor starts: refuse here, not at the first micro-batch
+        check_rollout_source(self.objective, is_correction_level, "RlstabPolicyLoss(is_correction_level=...)")
         self.compiled: CompiledObjective = self.objective.compile()
         if step_statistics is None:
             self.step_statistics = step_statistics_from_env()

@@ -35,7 +35,8 @@ import dataclasses
 import warnings
 from typing import Any
 
-from rlstab.adapters.trainer_parts import unexecutable, unsupplied
+from rlstab.adapters import trainers
+from rlstab.adapters.trainer_parts import unsupplied
 from rlstab.advantages import GRPO, Given
 from rlstab.errors import ConfigError
 from rlstab.loading import load
@@ -73,13 +74,6 @@ _FLAG_ATTRIBUTES = {
     "delta": "dual_clip",  # TRL's two-sided clip bound is rlstab's dual-clip constant
     "sapo_temperature_pos": "tau_pos",
     "sapo_temperature_neg": "tau_neg",
-}
-# Fields of rlstab's TokenBatch that TRL cannot fill, keyed by the GRPOConfig condition that fills them.
-_FIELD_SOURCES = {
-    "rollout_logprobs": "TRL has inference-engine log-probabilities only with use_vllm=True (sampling_per_token_logps)",
-    "ref_logprobs": "TRL computes reference log-probabilities only with beta != 0",
-    "rewards": "TRL hands the loss its advantages, not the rewards",
-    "group_ids": "TRL hands the loss its advantages, not the prompt groups",
 }
 
 
@@ -152,7 +146,7 @@ def _refusals(objective: Objective, args) -> list[str]:
         problems.append(
             f"entropy_coef = {args.entropy_coef!r}: TRL would add its own entropy bonus; {advice}"
         )
-    problems += unexecutable(objective, "TRL")
+    problems += trainers.problems(objective, "trl")  # what `rlstab validate --trainer trl` reports too
     plan = objective.plan()
     batched = plan.training_batch
     steps = args.steps_per_generation * args.num_iterations
@@ -193,16 +187,12 @@ def _refusals(objective: Objective, args) -> list[str]:
 
 
 def _unavailable_fields(objective: Objective, args) -> list[str]:
-    available = {
-        "rollout_logprobs": bool(args.use_vllm),
-        "ref_logprobs": args.beta != 0.0,
-        "rewards": False,
-        "group_ids": False,
-    }
-    advice = {field: why for field, why in _FIELD_SOURCES.items() if not available[field]}
+    """Fields TRL's loss call carries only with a setting (``trainers.TRL.on_setting``) that ``args`` lacks."""
+    available = {"rollout_logprobs": bool(args.use_vllm), "ref_logprobs": args.beta != 0.0}
+    advice = {field: why for field, (_, why) in trainers.TRL.on_setting.items() if not available[field]}
     # A kl regulariser without reference log-probabilities: the beta rule says what to do.
     kls = [f"regularisers[{i}] ({r.kind})" for i, r in enumerate(objective.regularisers) if isinstance(r, KLPenalty)]
-    return unsupplied(objective, advice, reported=kls)
+    return unsupplied(objective, advice, reported=kls, every_adapter=False)  # the rest: trainers.problems
 
 
 def _ignored_policy_flags(objective: Objective, args) -> list[str]:

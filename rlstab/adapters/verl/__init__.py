@@ -15,7 +15,9 @@ import it:
    entropy with ``rlstab.stats`` instead of keeping a ``[tokens, V]`` softmax in the graph
    ([`entropy`][rlstab.adapters.verl.entropy]);
 5. wraps ``apply_bypass_mode`` so that veRL's bypass mode keeps an rlstab loss instead of replacing
-   it by veRL's own ([`bypass`][rlstab.adapters.verl.bypass]).
+   it by veRL's own ([`bypass`][rlstab.adapters.verl.bypass]);
+6. refuses, when its loss is set, veRL's Tinker-style worker with ``step_statistics: optimizer_step``,
+   which it cannot run (``rlstab.adapters.verl.tinker``).
 
 The objective is chosen in verl's config with
 [`RlstabPolicyLossConfig`][rlstab.adapters.verl.config.RlstabPolicyLossConfig]; see the docs page

@@ -17,6 +17,7 @@ Both read the objective and its plan, never its compiled loss: checking a config
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -24,19 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from verl.workers.config import PolicyLossConfig
 
+from rlstab.adapters import trainers
 from rlstab.adapters.optimizer_steps import StepTracker
-from rlstab.adapters.trainer_parts import (
-    TOKEN_BASELINES,
-    VERL_SAMPLER,
-    added_by_trainer,
-    unexecutable,
-    unsupplied,
-)
+from rlstab.adapters.trainer_parts import TOKEN_BASELINES, VERL_SAMPLER
 from rlstab.errors import ConfigError
 from rlstab.loading import load
 from rlstab.objective import Objective
 from rlstab.presets import closest_presets, preset_names
-from rlstab.regularisers import AdaptiveEntropy, EntropyBonus, KLPenalty
 
 if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective
@@ -44,32 +39,8 @@ if TYPE_CHECKING:
 CONFIG_PATH = "actor_rollout_ref.actor.policy_loss"
 ACTOR_PATH = "actor_rollout_ref.actor"
 _log = logging.getLogger(__name__)
-STEP_STATISTICS = ("optimizer_step", "local", "data_parallel")
+STEP_STATISTICS = trainers.VERL.step_statistics
 ENTROPY_FUNCTIONS = ("rlstab", "verl")
-
-# What verl's loss path cannot give a registered policy loss, and what to use instead.
-_UNSUPPORTED_REGULARISERS = {
-    EntropyBonus: "veRL adds the entropy bonus itself, with gradient: set actor_rollout_ref.actor.entropy_coeff",
-    # after EntropyBonus (its base class): the more specific line wins
-    AdaptiveEntropy: (
-        "veRL adds the entropy bonus itself, with a fixed actor_rollout_ref.actor.entropy_coeff and no adaptive "
-        "controller (Skywork-OR1's own veRL fork has one); use a fixed entropy_coeff, or run adaptive_entropy in the "
-        "embedded trainer or TRL"
-    ),
-    KLPenalty: (
-        "veRL adds the KL loss itself: set actor_rollout_ref.actor.use_kl_loss=True, "
-        "actor_rollout_ref.actor.kl_loss_coef and actor_rollout_ref.actor.kl_loss_type"
-    ),
-}
-_UNAVAILABLE_FIELDS = {
-    "rollout_logprobs": "veRL applies its rollout correction in the driver (algorithm.rollout_correction) and "
-    "passes the resulting rollout_is_weights, which rlstab applies",
-    "ref_logprobs": "veRL's ppo_loss does not pass reference log-probabilities to a policy loss",
-    "rewards": "veRL computes rewards and advantages in the driver (DAPO's dynamic sampling is "
-    "algorithm.filter_groups.enable=True; apply overlong shaping, rlstab.step.overlong_penalty, in the reward function)",
-    "group_ids": "veRL's ppo_loss does not pass prompt groups to a policy loss",
-}
-
 
 @dataclass
 class RlstabPolicyLossConfig(PolicyLossConfig):
@@ -167,14 +138,12 @@ def build_objective(objective: str | None, overrides: Any) -> Objective:
     except ConfigError as err:
         source = label if err.source == "<dict>" else f"{label} -> {err.source}"
         raise ConfigError(source, err.problems) from None
-    refused = added_by_trainer(loaded, "veRL", _UNSUPPORTED_REGULARISERS)
-    problems = list(refused.values()) + unexecutable(loaded, "veRL", sampler_hook=True, token_baseline=True, rollout_groups=True)
+    problems = trainers.problems(loaded, "verl")  # what `rlstab validate --trainer verl` reports too
     if loaded.sampler is not None:  # the data section is out of this config's sight: say what runs it
         _log.warning(
             "rlstab: the objective's sampler (%s) runs only with %s; without it veRL draws the prompts as usual",
             loaded.sampler.kind, VERL_SAMPLER,
         )
-    problems += unsupplied(loaded, _UNAVAILABLE_FIELDS, reported=refused)
     if problems:
         raise ConfigError(label, problems)
     return loaded
@@ -242,3 +211,68 @@ def check_actor(actor) -> None:
             ACTOR_PATH,
             actor.loss_agg_mode,
         )
+    for note in overridden_flags(actor, objective):
+        _log.warning("rlstab: %s", note)
+
+
+# veRL's policy-loss flags that loss_mode=rlstab does not read -> the surrogate attribute that states the same number
+# (None: no attribute of any rlstab surrogate; the flag is then reported whenever it differs from veRL's default).
+_ACTOR_FLAGS = {
+    "clip_ratio": None,
+    "clip_ratio_low": "eps_low",
+    "clip_ratio_high": "eps_high",
+    "clip_ratio_c": "dual_clip",
+    "tau_pos": "tau_pos",
+    "tau_neg": "tau_neg",
+    "loss_scale_factor": None,
+}
+_POLICY_LOSS_FLAGS = {
+    "clip_cov_ratio": "fraction",
+    "clip_cov_lb": "cov_low",
+    "clip_cov_ub": "cov_high",
+    "kl_cov_ratio": "fraction",
+    "ppo_kl_coef": None,
+    "dro_beta": "beta",
+}
+
+
+def overridden_flags(actor, objective: Objective) -> list[str]:
+    """One line per veRL policy-loss flag that ``loss_mode=rlstab`` does not read, changed from veRL's default.
+
+    A flag is reported when its value differs from veRL's default and, where the objective's
+    surrogate has the same parameter, from the objective's value too (veRL's default
+    ``clip_ratio_high=0.2`` beside a DAPO objective's ``eps_high: 0.28`` is no user's choice).
+    ``loss_agg_mode`` is reported when changed and unlike the objective's aggregation.
+    """
+    surrogate, notes = objective.surrogate, []
+    sections = [(ACTOR_PATH, actor, _ACTOR_FLAGS), (CONFIG_PATH, actor.policy_loss, _POLICY_LOSS_FLAGS)]
+    for path, config, flags in sections:
+        defaults = _defaults(type(config))
+        for flag, attribute in flags.items():
+            if flag not in defaults or not hasattr(config, flag):
+                continue
+            value = getattr(config, flag)
+            if value == defaults[flag]:
+                continue
+            if attribute is not None and hasattr(surrogate, attribute):
+                ours = getattr(surrogate, attribute)
+                if value == ours:
+                    continue
+                where = f"the objective has surrogate.{attribute} = {ours}; change it in the objective"
+            else:
+                where = f"the objective's surrogate ({surrogate.kind}) decides the policy loss"
+            notes.append(f"{path}.{flag} = {value!r} is not used under loss_mode=rlstab: {where}")
+    agg_default = _defaults(type(actor)).get("loss_agg_mode")
+    if actor.loss_agg_mode not in (agg_default, objective.aggregation.kind):
+        notes.append(
+            f"{ACTOR_PATH}.loss_agg_mode = {actor.loss_agg_mode!r} is not used for the policy loss under loss_mode=rlstab: "
+            f"the objective aggregates with {objective.aggregation.kind}; change aggregation in the objective"
+        )
+    return notes
+
+
+def _defaults(config_class: type) -> dict[str, Any]:
+    """The dataclass defaults of a veRL config class (field -> default), factories left out."""
+    if not dataclasses.is_dataclass(config_class):
+        return {}
+    return {f.name: f.default for f in dataclasses.fields(config_class) if f.default is not dataclasses.MISSING}

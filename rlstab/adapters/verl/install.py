@@ -15,7 +15,7 @@ from verl.trainer.ppo.core_algos import register_policy_loss
 from verl.workers.config import ActorConfig
 
 from rlstab.adapters.post_import import when_imported
-from rlstab.adapters.verl import bypass, checkpoint, entropy, model_output, step_scope
+from rlstab.adapters.verl import bypass, checkpoint, entropy, model_output, step_scope, tinker
 from rlstab.adapters.verl.config import add_actor_check
 from rlstab.adapters.verl.loss import rlstab_policy_loss
 
@@ -52,4 +52,5 @@ def install() -> None:
     when_imported("verl.workers.engine_workers", lambda module: step_scope.wrap_training_worker(module.TrainingWorker))
     when_imported("verl.trainer.ppo.ray_trainer", lambda module: step_scope.keep_old_entropy(module.RayPPOTrainer))
     when_imported("verl.trainer.ppo.rollout_corr_helper", bypass.wrap_apply_bypass_mode)
+    when_imported("verl.workers.engine_workers_tinker", lambda module: tinker.wrap_tinker_worker(module.TinkerTrainingWorker))
     _log.debug("rlstab: policy loss %r registered in verl %s", LOSS_MODE, verl.__version__)

@@ -81,9 +81,29 @@ def test_runtime_env_keeps_openrlhf_entries_and_adds_the_hook():
         runtime_env_with_rlstab({"worker_process_setup_hook": "my.hook"}, "name: x\n")
 
 
-def documented_arguments() -> list[str]:
-    block = re.search(r"```bash\n(python -m rlstab\.adapters\.openrlhf .*?)```", PAGE.read_text(), re.S).group(1)
-    return shlex.split(block.replace("\\\n", " "))[3:]  # after `python -m rlstab.adapters.openrlhf`
+def documented_commands() -> list[list[str]]:
+    """The page's launcher commands (the two-node run and the single-GPU one), after ``python -m rlstab.adapters.openrlhf``."""
+    blocks = re.findall(r"```bash\n(python -m rlstab\.adapters\.openrlhf .*?)```", PAGE.read_text(), re.S)
+    return [shlex.split(block.replace("\\\n", " "))[3:] for block in blocks]
+
+
+def option(arguments: list[str], name: str) -> str:
+    return arguments[arguments.index(name) + 1]
+
+
+def test_the_single_gpu_command_is_one_gpu_and_its_steps_are_what_the_page_says():
+    commands = documented_commands()
+    assert len(commands) == 2
+    single = commands[1]
+    sizes = {name: option(single, name) for name in (
+        "--actor.num_nodes", "--actor.num_gpus_per_node", "--vllm.num_engines", "--vllm.tensor_parallel_size")}
+    assert set(sizes.values()) == {"1"} and "--train.colocate_all" in single
+    assert option(single, "--actor.model_name_or_path") == "Qwen/Qwen2.5-0.5B-Instruct"
+    prompts, n = int(option(single, "--rollout.batch_size")), int(option(single, "--rollout.n_samples_per_prompt"))
+    step, micro = int(option(single, "--train.batch_size")), int(option(single, "--train.micro_batch_size"))
+    said = (f"Each rollout is {prompts} prompts x {n} responses, trained in {prompts * n // step} optimizer steps of "
+            f"{step} responses (micro-batches\nof {micro})")
+    assert said in PAGE.read_text()
 
 
 RECORD_RAY_INIT = """
@@ -98,9 +118,10 @@ main(sys.argv[2:])
 """
 
 
-def test_documented_command_passes_openrlhfs_parser_and_starts_ray_with_the_hook(tmp_path):
-    """The docs page's command, through the real launcher and OpenRLHF's real train_ppo_ray __main__."""
-    arguments = documented_arguments()
+@pytest.mark.parametrize("which", [0, 1], ids=["two-nodes", "single-gpu"])
+def test_documented_command_passes_openrlhfs_parser_and_starts_ray_with_the_hook(tmp_path, which):
+    """The docs page's commands, through the real launcher and OpenRLHF's real train_ppo_ray __main__."""
+    arguments = documented_commands()[which]
     assert arguments[:2] == ["--objective", "stapo"]
     out = tmp_path / "ray_init.json"
     env = subprocess_env(write_stubs(tmp_path / "stubs"))

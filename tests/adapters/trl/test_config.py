@@ -43,7 +43,7 @@ def test_a_misspelt_field_names_the_trainer_argument_and_the_yaml_path(tmp_path)
     bad = {"extends": "stapo", "masks": [{"kind": "s2t", "tau_pp": 0.001}]}
     message = refusal(tmp_path, bad)
     assert message.startswith("RlstabGRPOTrainer(objective={'extends': 'stapo'")
-    assert "masks[0].tau_pp: unknown field (value 0.001); check its spelling" in message
+    assert "masks[0].tau_pp: unknown field (value 0.001); did you mean 'tau_p'?" in message
 
 
 def test_an_unknown_preset_and_a_missing_objective_are_refused(tmp_path):
