@@ -27,6 +27,8 @@ caching allocators do, and shows the compute alone.
     python benchmarks/loss_overhead.py                      # 64k, 256k, 1M, 4M, 16M tokens
     python benchmarks/loss_overhead.py --sizes 1M --repeats 21
     python benchmarks/loss_overhead.py --memory             # also peak extra RSS per loss
+    python benchmarks/loss_overhead.py --sizes 4k --repeats 201 --gpu-path   # host-side cost, mostly
+    python benchmarks/loss_overhead.py --sizes 64 --length 64 --repeats 501 --threads 1 --gpu-path
 
 ``--memory`` runs each (size, loss) once more in a fresh subprocess and reports the rise of its
 peak resident memory (``VmHWM``, reset after the batch is built) over the memory held by the batch.
@@ -93,9 +95,15 @@ def stapo_step(loss_fn, d, logprobs, step=None) -> None:
     loss_fn(token_batch(d, logprobs), step=step).loss.backward()
 
 
-def runners(d):
-    """name -> zero-argument callable running one forward + backward."""
+def runners(d, gpu_path: bool = False):
+    """name -> zero-argument callable running one forward + backward.
+
+    ``gpu_path``: the compiled loss takes the path it takes on a GPU (``defer_checks``: a frozen
+    step reads nothing on the host, its checks ride on the metrics' read) on these CPU tensors.
+    """
     loss_fn = rlstab.load("stapo").compile()
+    if gpu_path:
+        loss_fn.defer_checks = True
     logprobs = d["logprobs"].clone().requires_grad_(True)
     d["advantages_bt"] = d["advantages"].unsqueeze(-1).expand_as(d["logprobs"]).contiguous()
     stats = loss_fn.gather([token_batch(d, d["logprobs"])])  # once, outside the timing
@@ -114,9 +122,9 @@ def runners(d):
     }
 
 
-def time_size(tokens: int, repeats: int, warmup: int) -> dict[str, float]:
+def time_size(tokens: int, repeats: int, warmup: int, gpu_path: bool = False) -> dict[str, float]:
     """Median ms of each loss, interleaved repeat by repeat."""
-    run = runners(make_batch(tokens))
+    run = runners(make_batch(tokens), gpu_path)
     for _ in range(warmup):
         for fn in run.values():
             fn()
@@ -153,6 +161,7 @@ def parse_size(s: str) -> int:
 
 
 def main() -> None:
+    global T
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sizes = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
     p.add_argument(
@@ -164,7 +173,17 @@ def main() -> None:
     p.add_argument(
         "--memory", action="store_true", help="also measure peak extra RSS (a subprocess per loss)"
     )
+    p.add_argument(
+        "--length", type=int, default=T, help="T, the padded response length (default 1024): B = tokens / T"
+    )
+    p.add_argument(
+        "--gpu-path",
+        action="store_true",
+        help="the compiled loss takes its GPU path (defer_checks) on the CPU: with small --sizes (4k), "
+        "where tensor work is negligible, the host-side cost that bounds a GPU's loss call",
+    )
     args = p.parse_args()
+    T = args.length
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -180,11 +199,12 @@ def main() -> None:
     for tokens in args.sizes:
         # Big batches: fewer repeats keep the run short (a 16M-token step takes seconds).
         repeats = max(5, min(args.repeats, math.ceil(args.repeats * (4 << 20) / tokens)))
-        ms = time_size(tokens, repeats, args.warmup)
+        ms = time_size(tokens, repeats, args.warmup, args.gpu_path)
         base = ms["baseline"]
+        digits = 3 if base < 10 else 1  # small sizes: the host-side cost, a fraction of a millisecond
         row = (
-            f"| {fmt(tokens)} | {base:.1f} | {ms['stapo']:.1f} | {ms['stapo'] / base:.2f} "
-            f"| {ms['frozen']:.1f} | {ms['frozen'] / base:.2f} |"
+            f"| {fmt(tokens)} | {base:.{digits}f} | {ms['stapo']:.{digits}f} | {ms['stapo'] / base:.2f} "
+            f"| {ms['frozen']:.{digits}f} | {ms['frozen'] / base:.2f} |"
         )
         if args.memory:
             row += "".join(f" {peak_extra_mib(tokens, n):.0f} |" for n in ("baseline", "stapo", "frozen"))

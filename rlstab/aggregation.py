@@ -13,7 +13,7 @@ the loss of the whole step computed at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -47,8 +47,13 @@ class Aggregation(Component):
     count: Count
     """Which tokens the denominators count: ``kept`` (after the masks) or every ``valid`` token. Required."""
 
-    def scale(self, step: StepCounts, row_tokens: torch.Tensor) -> torch.Tensor | float:
-        """Per-token weight, broadcastable to ``[B, T]``. ``row_tokens``: ``[B]`` counted tokens per response."""
+    # Whether ``scale`` reads ``row_tokens`` (True unless a built-in aggregation says otherwise): the loss passes
+    # None to one that does not, and sums no row for it.
+    _reads_row_tokens: ClassVar[bool] = True
+
+    def scale(self, step: StepCounts, row_tokens: torch.Tensor | None) -> torch.Tensor | float:
+        """Per-token weight, broadcastable to ``[B, T]``. ``row_tokens``: ``[B]`` counted tokens per response
+        (None for a built-in aggregation that does not read it)."""
         raise NotImplementedError
 
 
@@ -60,6 +65,7 @@ class TokenMean(Aggregation):
     """
 
     kind: Literal["token-mean"] = "token-mean"
+    _reads_row_tokens: ClassVar[bool] = False
 
     def scale(self, step, row_tokens):
         return step.world_size / max(step.tokens(self.count), 1.0)
@@ -76,6 +82,7 @@ class TokenSum(Aggregation):
     """
 
     kind: Literal["token-sum"] = "token-sum"
+    _reads_row_tokens: ClassVar[bool] = False
 
     def scale(self, step, row_tokens):
         return float(step.world_size)
@@ -105,6 +112,7 @@ class SeqMeanTokenSum(Aggregation):
     r"""$\frac{1}{S}\sum_i \sum_t l_{i,t}$, S the step's responses with at least one counted token."""
 
     kind: Literal["seq-mean-token-sum"] = "seq-mean-token-sum"
+    _reads_row_tokens: ClassVar[bool] = False
 
     def scale(self, step, row_tokens):
         return step.world_size / max(step.sequences(self.count), 1.0)
@@ -124,6 +132,7 @@ class SeqMeanTokenSumNorm(Aggregation):
     """
 
     kind: Literal["seq-mean-token-sum-norm"] = "seq-mean-token-sum-norm"
+    _reads_row_tokens: ClassVar[bool] = False
     norm: Annotated[int, Field(ge=1)] | Literal["max_length"] = "max_length"
     """The constant L: a positive integer, or ``max_length`` (the step's padded response length)."""
 

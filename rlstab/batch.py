@@ -110,6 +110,14 @@ class TokenBatch:
         """Whether the optional field ``name`` is present."""
         return getattr(self, name) is not None
 
+    def _replaced(self, **fields: torch.Tensor) -> TokenBatch:
+        """This batch with ``fields`` replaced by tensors of the same shapes, dtypes and device (a loss's own
+        copies, zeroed on padding): not validated again, since nothing that validation checks changed."""
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        out.__dict__.update(fields)
+        return out
+
     def _validate(self) -> None:
         lp = self.logprobs
         if not isinstance(lp, torch.Tensor):

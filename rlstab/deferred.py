@@ -12,20 +12,40 @@ CPU, a step's gather, code outside a loss) ``require`` checks at once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import NamedTuple
 
 from rlstab.lazy import torch
 
-Requirement = tuple["torch.Tensor", Callable[[], Exception]]
-"""``(holds, error)``: a 0-d bool tensor, and what to raise when it is False."""
+
+class AllFinite(NamedTuple):
+    """A condition judged on the host where it is read: every one of ``values`` (0-d tensors) is finite in
+    float32. As a requirement's ``holds`` it costs no operation on the device: the values travel with the
+    metrics, and the host looks at them."""
+
+    values: tuple
+
+
+Requirement = tuple["torch.Tensor | AllFinite", Callable[[], Exception]]
+"""``(holds, error)``: a 0-d bool tensor (or an ``AllFinite``), and what to raise
+when it is False."""
+
+
+def holds_now(holds: torch.Tensor | AllFinite) -> bool:
+    """A requirement's condition, read now (a host synchronisation on a GPU)."""
+    if isinstance(holds, AllFinite):
+        return all(math.isfinite(float(v.to(torch.float32))) for v in holds.values)
+    return bool(holds)
+
 
 _PENDING: ContextVar[list[Requirement] | None] = ContextVar("rlstab_deferred_requirements", default=None)
 
 
-def require(holds: torch.Tensor, error: Callable[[], Exception]) -> None:
-    """Raise ``error()`` unless ``holds`` (a 0-d bool tensor) is True: at once, or, within
+def require(holds: torch.Tensor | AllFinite, error: Callable[[], Exception]) -> None:
+    """Raise ``error()`` unless ``holds`` (a 0-d bool tensor, or an ``AllFinite``) is True: at once, or, within
     [`deferring`][rlstab.deferred.deferring], when the loss's metrics are read.
 
     ``error`` is called only when the check failed, so its message may read tensors (the
@@ -33,7 +53,7 @@ def require(holds: torch.Tensor, error: Callable[[], Exception]) -> None:
     """
     pending = _PENDING.get()
     if pending is None:
-        if not bool(holds):  # host sync: outside a deferring loss call
+        if not holds_now(holds):  # host sync: outside a deferring loss call
             raise error()
     else:
         pending.append((holds, error))

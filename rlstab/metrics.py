@@ -27,13 +27,21 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
-from rlstab.deferred import Requirement
+from rlstab.deferred import AllFinite, Requirement
 from rlstab.lazy import torch
 
 Combines = Literal["sum", "step", "token_mean"]
 """How a metric combines over the micro-batches of one optimizer step (see the module's docstring)."""
+
+
+class Element(NamedTuple):
+    """One metric held as entry ``index`` of ``values``, a 1-d device tensor of several metrics that one
+    operation computed (a loss divides all its fractions of the valid tokens at once): read with it."""
+
+    values: torch.Tensor
+    index: int
 
 
 class Metrics(Mapping):
@@ -47,7 +55,8 @@ class Metrics(Mapping):
     the kinds (``combines``) stay with the ``Metrics`` the loss returned.
 
     Args:
-        names, values: the metrics, in order: 0-d tensors (read later) or numbers.
+        names, values: the metrics, in order: 0-d tensors (read later), entries of a 1-d tensor
+            (``rlstab.metrics.Element``, read later) or numbers.
         requirements: the checks the loss deferred to the read.
         kinds: how each metric combines over micro-batches (``"sum"``, ``"step"`` or
             ``"token_mean"``), one per name; without them ``combines`` raises.
@@ -56,7 +65,7 @@ class Metrics(Mapping):
     def __init__(
         self,
         names: Sequence[str],
-        values: Sequence[torch.Tensor | float],
+        values: Sequence[torch.Tensor | Element | float],
         requirements: Sequence[Requirement] = (),
         kinds: Sequence[Combines] | None = None,
     ):
@@ -70,7 +79,8 @@ class Metrics(Mapping):
                 raise ValueError(f"unknown metric kinds {unknown}; a metric combines as one of {get_args(Combines)}")
         self._kinds = None if kinds is None else dict(zip(names, kinds))
         self._names = list(names)
-        self._values: list | None = [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
+        # Only a value with a gradient is detached (the loss): a detach is an operation dispatched per value.
+        self._values: list | None = [_detached(v) for v in values]
         self._requirements = list(requirements)
         self._host: dict[str, float] | None = None
         self._error: Exception | None = None
@@ -81,7 +91,8 @@ class Metrics(Mapping):
         tensors). Once the metrics were read, the float. The deferred checks are not applied here."""
         if self._values is None:
             return self.read().get(name, default)
-        return next((v for n, v in zip(self._names, self._values) if n == name), default)
+        value = next((v for n, v in zip(self._names, self._values) if n == name), default)
+        return value.values[value.index] if isinstance(value, Element) else value
 
     def combines(self, name: str) -> Combines:
         """How metric ``name`` combines over the micro-batches of a step: ``"sum"``, ``"step"`` or
@@ -106,14 +117,35 @@ class Metrics(Mapping):
 
     def _transfer(self) -> None:
         values, requirements = self._values, self._requirements
-        tensors = [v for v in values if isinstance(v, torch.Tensor)] + [holds for holds, _ in requirements]
-        read = _read_all(tensors)
+        sources: dict[int, int] = {}  # id of a device tensor (0-d, or a 1-d block of Elements) -> its position
+        tensors: list[torch.Tensor] = []
+        blocks: set[int] = set()
+        conditions = [v for holds, _ in requirements for v in (holds.values if isinstance(holds, AllFinite) else (holds,))]
+        for v in [*values, *conditions]:
+            t = v.values if isinstance(v, Element) else v
+            if isinstance(t, torch.Tensor) and id(t) not in sources:
+                sources[id(t)] = len(tensors)
+                if isinstance(v, Element):
+                    blocks.add(len(tensors))
+                tensors.append(t)
+        read = _read_all(tensors, blocks)
+
+        def device_value(v) -> float:
+            if isinstance(v, Element):
+                return read[sources[id(v.values)]][v.index]
+            return read[sources[id(v)]][0]
+
         # Host numbers, rounded to float32 as the loss's tensors are (an array of C floats: no tensor made).
-        numbers = iter(array("f", [float(v) for v in values if not isinstance(v, torch.Tensor)]).tolist())
-        host = [next(read) if isinstance(v, torch.Tensor) else next(numbers) for v in values]
+        numbers = iter(array("f", [float(v) for v in values if not isinstance(v, (torch.Tensor, Element))]).tolist())
+        host = [device_value(v) if isinstance(v, (torch.Tensor, Element)) else next(numbers) for v in values]
+        checks = [
+            all(math.isfinite(device_value(v)) for v in holds.values)  # judged here, on the values read
+            if isinstance(holds, AllFinite) else device_value(holds)
+            for holds, _ in requirements
+        ]
         self._values = self._requirements = None  # drop the device tensors and what the checks' messages held
-        for _, error in requirements:
-            if not next(read):
+        for (_, error), holds in zip(requirements, checks):
+            if not holds:
                 self._error = error()
                 raise self._error
         host = dict(zip(self._names, host))
@@ -168,14 +200,29 @@ def combine(parts: Sequence[Metrics]) -> dict[str, float]:
     return out
 
 
-def _read_all(tensors: list[torch.Tensor]) -> Iterator[float]:
-    """The values of 0-d tensors, in order, with one transfer per device."""
-    out: list[float | None] = [None] * len(tensors)
+def _detached(value):
+    if isinstance(value, Element):
+        return Element(value.values.detach(), value.index) if value.values.requires_grad else value
+    return value.detach() if isinstance(value, torch.Tensor) and value.requires_grad else value
+
+
+def _read_all(tensors: list[torch.Tensor], blocks: set[int]) -> list[list[float]]:
+    """The values of one-value tensors and of 1-d ``blocks`` (positions in ``tensors``), each as a list,
+    rounded to float32, with one transfer per device."""
+    out: list[list[float]] = [[] for _ in tensors]
     by_device: dict[torch.device, list[int]] = {}
     for i, t in enumerate(tensors):
         by_device.setdefault(t.device, []).append(i)
     for indices in by_device.values():
-        stacked = torch.stack([tensors[i].to(torch.float32).reshape(()) for i in indices])
-        for i, value in zip(indices, stacked.tolist()):  # the host synchronisation
-            out[i] = value
-    return iter(out)
+        singles = [i for i in indices if i not in blocks]
+        several = [i for i in indices if i in blocks]
+        parts = [torch.stack([tensors[i].to(torch.float32).reshape(()) for i in singles])] if singles else []
+        parts += [tensors[i].to(torch.float32) for i in several]
+        flat = (parts[0] if len(parts) == 1 else torch.cat(parts)).tolist()  # the host synchronisation
+        for j, i in enumerate(singles):
+            out[i] = [flat[j]]
+        start = len(singles)
+        for i in several:
+            out[i] = flat[start:start + tensors[i].numel()]
+            start += tensors[i].numel()
+    return out

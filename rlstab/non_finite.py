@@ -30,16 +30,18 @@ Offence = tuple[str, int, str]  # (field, count, description of the first value)
 
 def extremes(batch: TokenBatch, fields: list[str]) -> list[torch.Tensor]:
     """Min and max (0-d tensors) of each non-empty field: all finite iff every value is."""
-    return [v for f in fields for x in [getattr(batch, f).detach()] if x.numel() for v in torch.aminmax(x)]
+    with torch.no_grad():  # no graph, and no detach dispatched per field
+        return [v for f in fields for x in [getattr(batch, f)] if x.numel() for v in torch.aminmax(x)]
 
 
-def non_finite_count(batch: TokenBatch, fields: list[str]) -> torch.Tensor:
-    """0-d: how many of ``fields`` hold a value that is not finite in float32 (no host synchronisation)."""
+def non_finite_flag(batch: TokenBatch, fields: list[str]) -> torch.Tensor:
+    """``[1]`` bool: whether one of ``fields`` holds a value that is not finite in float32 (no host
+    synchronisation). Their extremes times 0, summed: 0 when every one is finite, NaN when one is not
+    (a NaN or an infinity times 0 is NaN): four operations where ``isfinite(...).any()`` dispatches six."""
     values = extremes(batch, fields)
     if not values:
-        return torch.zeros((), device=batch.logprobs.device)
-    values = torch.stack([v.to(torch.float32) for v in values]).reshape(-1, 2)
-    return (~torch.isfinite(values)).any(-1).sum()
+        return torch.zeros(1, dtype=torch.bool, device=batch.logprobs.device)
+    return torch.stack([v.to(torch.float32) for v in values]).mul_(0.0).sum(0, keepdim=True).isnan()
 
 
 def zero_bad_padding(batch: TokenBatch, fields: list[str]) -> tuple[TokenBatch, list[Offence]]:
@@ -77,12 +79,16 @@ def with_padding_zeroed(batch: TokenBatch, fields: list[str]) -> TokenBatch:
     Gradients flow through to the original tensors (0 on padding).
     """
     mask = batch.response_mask
-    kept = {f: getattr(batch, f) for f in batch.__dataclass_fields__}
+    zeroed = {}
+    valid = {}  # per layout (token, response, response column): where a value is valid, computed once
     for name in fields:
-        value = kept[name]
+        value = getattr(batch, name)
         if value is not None and value.is_floating_point():
-            kept[name] = torch.where(_valid_of(name, value, mask), value, 0.0)
-    return TokenBatch(**kept)
+            layout = (value.dim() == 1, name in SEQUENCE_MATRIX_FIELDS)
+            if layout not in valid:
+                valid[layout] = _valid_of(name, value, mask)
+            zeroed[name] = torch.where(valid[layout], value, 0.0)  # the same shape, dtype and device
+    return batch._replaced(**zeroed)
 
 
 def _valid_of(name: str, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

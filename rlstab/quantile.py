@@ -16,7 +16,8 @@ Communication per quantile over ``comm``: one int64 all-reduce for the size, the
 all-gather of the members (at most 8,192 float32 in all) or the radix passes above: one
 65,536-bin int64 all-reduce (512 KiB) for the high halves, and one more per distinct high bin
 that a wanted order statistic falls in (a quantile needs one or two; adjacent order statistics
-usually share a bin). The volume does not grow with the number of tokens.
+usually share a bin). On the device path (below) a quantile's two neighbours share one second pass
+and one all-reduce of twice the bins. The volume does not grow with the number of tokens.
 
 Approximate mode (``mode="histogram"``), for very large steps: only the first pass. The order
 statistic is placed inside its high bin by linear interpolation on its rank within the bin, which
@@ -53,16 +54,14 @@ def _sortable_key(values: torch.Tensor) -> torch.Tensor:
     return (bits >> 31).bitwise_and_(0x7FFFFFFF).bitwise_xor_(bits)
 
 
-def _at(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x[index]`` for a 0-d index tensor (clamped to ``x``), without reading it on the host as ``x[index]`` does."""
-    return x.index_select(0, index.clamp(0, x.numel() - 1).reshape(1)).reshape(())
-
-
 def _key_to_value(key: int | torch.Tensor) -> torch.Tensor:
-    """The float32 value of a sortable key: a Python int (a CPU tensor), or a 0-d int64 tensor (on its device)."""
+    """The float32 value of a sortable key: a Python int (a CPU tensor), or an int64 tensor of them, 0-d or 1-d
+    (on its device)."""
     if isinstance(key, torch.Tensor):
-        key = key.to(torch.int32).reshape(1)
-        return (key ^ ((key >> 31) & 0x7FFFFFFF)).view(torch.float32)[0]
+        shape = key.shape
+        key = key.to(torch.int32).reshape(-1) if not shape else key.to(torch.int32)
+        values = (key ^ ((key >> 31) & 0x7FFFFFFF)).view(torch.float32)
+        return values[0] if not shape else values
     bits = key ^ ((key >> 31) & 0x7FFFFFFF)
     return torch.tensor([bits], dtype=torch.int32).view(torch.float32)[0]
 
@@ -94,11 +93,11 @@ class Population:
         self._reduce = comm.sum
         self._device = chunks[0][0].device if chunks else torch.device("cpu")
         self._on_device = self._device.type != "cpu" if self.ON_DEVICE is None else self.ON_DEVICE
-        values = [v.detach().to(torch.float32).reshape(-1) for v, _ in chunks]
+        values = [(v.detach() if v.requires_grad else v).to(torch.float32).reshape(-1) for v, _ in chunks]
         include = [inc.reshape(-1) for _, inc in chunks]
-        local = torch.zeros((), dtype=torch.int64, device=self._device)
+        local = torch.zeros((), dtype=torch.int64, device=self._device) if not include else None
         for inc in include:
-            local = local + torch.count_nonzero(inc)
+            local = torch.count_nonzero(inc) if local is None else local + torch.count_nonzero(inc)
         self.size = int(comm.sum(local))  # host sync: the size fixes the quantile's rank
         self._sorted = None
         if self.size <= self.SORT_LIMIT:
@@ -113,13 +112,16 @@ class Population:
         # Per chunk: the sortable key, and 1 + the high bin of each member, 0 for non-members
         # (a multiply: masked_fill and where are several times slower on CPU).
         self._chunks = []
-        high = torch.zeros(_BINS, dtype=torch.int64, device=self._device)
+        high = None
         for v, inc in zip(values, include):
             key = _sortable_key(v)
             high_bin = (key >> 16).add_(_BINS // 2 + 1).mul_(inc.to(torch.int32))
-            high += self._histogram(high_bin, _BINS + 1)[1:]
+            counts = self._histogram(high_bin, _BINS + 1)[1:]
+            high = counts if high is None else high + counts
             self._chunks.append((key, high_bin))
         self._cum_high = torch.cumsum(self._reduce(high), 0)
+        if self._on_device:  # members below each high bin: [0, cum_high...], read at a bin by one index_select
+            self._below_high = torch.nn.functional.pad(self._cum_high, (1, 0))
         self._cum_low: dict[int, torch.Tensor] = {}  # high bin -> cumulative low histogram of its members
 
     def _histogram(self, bins: torch.Tensor, size: int, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -139,7 +141,7 @@ class Population:
         if self._sorted is not None:
             return self._sorted[k]
         if self._on_device:
-            return self._order_statistic_on_device(k, mode)
+            return self._order_statistics_on_device(k, 1, mode)[0]
         target = torch.tensor(k, dtype=torch.int64, device=self._device)
         hi_bin = int(torch.searchsorted(self._cum_high, target, right=True))
         below = int(self._cum_high[hi_bin - 1]) if hi_bin > 0 else 0
@@ -156,22 +158,36 @@ class Population:
         key = ((hi_bin - _BINS // 2) << 16) | lo_bin
         return _key_to_value(key).to(self._device)
 
-    def _order_statistic_on_device(self, k: int, mode: str) -> torch.Tensor:
-        """``order_statistic`` with the bins as 0-d device tensors: no host read (the second pass
-        weighs every value by its membership of the bin instead of compacting the members)."""
-        target = torch.full((), k, dtype=torch.int64, device=self._device)
-        hi_bin = torch.searchsorted(self._cum_high, target, right=True)
-        below = torch.where(hi_bin > 0, _at(self._cum_high, hi_bin - 1), 0)
-        first = (hi_bin - _BINS // 2) << 16  # the bin's smallest key
+    def _order_statistics_on_device(self, k: int, count: int, mode: str) -> torch.Tensor:
+        """Order statistics ``k`` to ``k + count - 1`` (``count`` 1 or 2: a quantile's neighbours) as a float32
+        ``[count]`` tensor, with the bins as device tensors: no host read. The second pass weighs every value
+        by its membership of the bin instead of compacting the members, and takes both order statistics'
+        bins at once (one histogram of twice the bins: the first's members, then the second's when its bin
+        differs; it usually does not)."""
+        target = torch.arange(k, k + count, device=self._device)
+        hi_bin = torch.searchsorted(self._cum_high, target, right=True)  # < _BINS: every k is below the size
+        below = self._below_high.index_select(0, hi_bin)
+        first = (hi_bin - _BINS // 2) << 16  # each bin's smallest key
         if mode == "histogram":
-            count = _at(self._cum_high, hi_bin) - below
+            in_bin = self._below_high.index_select(0, hi_bin + 1) - below
             ends = _key_to_value(first), _key_to_value(first | 0xFFFF)
-            fraction = ((target - below).to(torch.float64) + 0.5) / count.to(torch.float64)
+            fraction = ((target - below).to(torch.float64) + 0.5) / in_bin.to(torch.float64)
             return (ends[0].to(torch.float64) + fraction * (ends[1].to(torch.float64) - ends[0].to(torch.float64))).to(torch.float32)
-        low = torch.zeros(_BINS, dtype=torch.int64, device=self._device)
+        low = None
+        bins = hi_bin + 1  # as ``high_bin`` numbers them
         for key, high_bin in self._chunks:
-            low += self._histogram((key & 0xFFFF).to(torch.int64), _BINS, (high_bin == hi_bin + 1).to(torch.int64))
-        lo_bin = torch.searchsorted(torch.cumsum(self._reduce(low), 0), target - below, right=True)
+            member = high_bin == bins[0]
+            index = (key & 0xFFFF).to(torch.int64)
+            if count == 2:
+                second = (high_bin == bins[1]).logical_and_(~member)  # empty when both are in one bin
+                index += second * _BINS
+                member.logical_or_(second)
+            counts = self._histogram(index, count * _BINS, member.to(torch.int64))
+            low = counts if low is None else low + counts
+        cum_low = torch.cumsum(self._reduce(low).view(count, _BINS), -1)
+        if count == 2:  # one bin: its histogram is the first's
+            cum_low = torch.where(hi_bin[1] == hi_bin[0], cum_low[0], cum_low)
+        lo_bin = torch.searchsorted(cum_low, (target - below).unsqueeze(-1), right=True).view(count)
         return _key_to_value(first | lo_bin)
 
     def _within_bin(self, hi_bin: int, rank: int, count: int) -> torch.Tensor:
@@ -203,7 +219,10 @@ class Population:
         if interpolation == "nearest":
             # torch.quantile rounds half to even on the position.
             return self.order_statistic(int(round(pos)), mode)
-        lo, hi = self.order_statistic(lo_rank, mode), self.order_statistic(hi_rank, mode)
+        if self._sorted is None and self._on_device:  # neighbours: both in one pass
+            lo, hi = self._order_statistics_on_device(lo_rank, 2, mode).unbind()
+        else:
+            lo, hi = self.order_statistic(lo_rank, mode), self.order_statistic(hi_rank, mode)
         if interpolation == "midpoint":
             return torch.lerp(lo, hi, 0.5)
         return torch.lerp(lo, hi, torch.full((), frac, dtype=torch.float32, device=lo.device))

@@ -21,8 +21,13 @@ from rlstab.lazy import torch
 
 
 def f32(t: torch.Tensor | None) -> torch.Tensor | None:
-    """``t`` detached, float32 and contiguous (``t`` itself, detached, when it already is all three)."""
-    return None if t is None else t.detach().to(torch.float32).contiguous()
+    """``t`` detached, float32 and contiguous (``t`` itself, detached, when it already is all three).
+
+    Only a tensor with a gradient is detached: a detach is an operation dispatched on every call, and
+    one without a gradient is detached already."""
+    if t is None:
+        return None
+    return (t.detach() if t.requires_grad else t).to(torch.float32).contiguous()
 
 
 @dataclass
@@ -48,6 +53,9 @@ class Tokens:
         log_ratio_clamp: the objective's ``log_ratio_clamp`` (``c`` above).
         advantages: ``[B, T]`` (a ``[B]`` input is broadcast), set once the step's estimator ran; None before.
         advantage_rows: the same, but ``[B, 1]`` when the advantages are per response (cheaper to multiply).
+        advantage_per_response: ``[B]`` when the advantages are per response, else None.
+
+    ``valid_rows()``, ``valid_count()``: each response's valid tokens and all of them, computed once per ``valid``.
     """
 
     batch: TokenBatch
@@ -63,6 +71,7 @@ class Tokens:
     log_ratio_clamp: float
     advantages: torch.Tensor | None = None
     advantage_rows: torch.Tensor | None = None
+    advantage_per_response: torch.Tensor | None = None
 
     @classmethod
     def from_batch(cls, batch: TokenBatch, log_ratio_clamp: float) -> Tokens:
@@ -90,3 +99,20 @@ class Tokens:
         # strided kernel, while a [B, 1] operand costs nothing and broadcasts at the next multiply.
         self.advantage_rows = adv.unsqueeze(-1) if adv.dim() == 1 else adv
         self.advantages = self.advantage_rows.expand_as(self.logprobs)
+        self.advantage_per_response = adv if adv.dim() == 1 else None
+
+    def valid_count(self) -> torch.Tensor:
+        """0-d: the valid tokens, ``valid.sum()``; summed once for each ``valid``. Do not modify it."""
+        return self._once("_count", lambda valid: valid.sum())
+
+    def valid_rows(self) -> torch.Tensor:
+        """``[B]``: each response's valid tokens, ``valid.sum(-1)``; summed once for each ``valid`` (the loss,
+        its metrics and the step's counts all read it). Do not modify it."""
+        return self._once("_rows", lambda valid: valid.sum(-1))
+
+    def _once(self, name: str, compute) -> torch.Tensor:
+        """``compute(valid)``, kept (as a plain attribute, not a field) until ``valid`` is replaced."""
+        kept = self.__dict__.get(name)
+        if kept is None or kept[0] is not self.valid:
+            kept = self.__dict__[name] = (self.valid, compute(self.valid))
+        return kept[1]

@@ -7,8 +7,9 @@ import torch
 
 import rlstab
 from rlstab import TokenBatch
-from rlstab.deferred import deferring, require
-from rlstab.metrics import Metrics, combine
+from rlstab.compiler.loss_metrics import Reported
+from rlstab.deferred import AllFinite, deferring, require
+from rlstab.metrics import Element, Metrics, combine
 from rlstab.testing.syncs import host_syncs
 
 
@@ -141,3 +142,36 @@ def test_combine_adds_counts_keeps_step_values_and_weights_fractions():
     assert out["clip/high_fraction"] == pytest.approx(1 / 40)  # (0.1 * 10 + 0 * 30) / 40
     assert out["loss"] == 3.0 and out["loss/policy"] == 3.0
     assert out["mask/s2t/entropy_threshold"] == 0.5 and out["step/tokens_valid"] == 40
+
+
+def test_entries_of_one_tensor_are_read_with_the_others_in_one_transfer():
+    block = torch.tensor([0.25, 0.1, 3.0])
+    m = Metrics(["a", "b", "c", "d"], [Element(block, 2), torch.tensor(0.5), Element(block, 0), 7.0],
+                [(torch.tensor(True), lambda: ValueError("unused"))])
+    assert torch.equal(m.unread("a"), block[2]) and m.unread("d") == 7.0  # nothing read yet
+    with host_syncs() as syncs:
+        assert dict(m) == {"a": 3.0, "b": 0.5, "c": 0.25, "d": 7.0}
+    assert len(syncs) == 1
+
+
+def test_an_all_finite_requirement_is_judged_on_the_values_read():
+    fine = Metrics(["loss"], [torch.tensor(1.0)], [(AllFinite((torch.tensor(-3.0), torch.tensor(2.0))), lambda: ValueError("no"))])
+    assert dict(fine) == {"loss": 1.0}
+    for bad in (math.inf, -math.inf, math.nan, 1e300):  # 1e300 (float64) is not finite in float32
+        m = Metrics(["loss"], [torch.tensor(1.0)],
+                    [(AllFinite((torch.tensor(0.0), torch.tensor(bad, dtype=torch.float64))), lambda: ValueError("not finite"))])
+        with pytest.raises(ValueError, match="not finite"):
+            dict(m)
+
+
+def test_ratios_over_one_denominator_are_divided_at_once_to_the_same_floats():
+    g = torch.Generator().manual_seed(0)
+    numerators = [torch.randn((), generator=g) * 10.0 ** float(e) for e in range(-6, 7)]
+    denominator = torch.tensor(7.0) * torch.rand((), generator=g)
+    out = Reported()
+    for i, x in enumerate(numerators):
+        out.ratio(f"r{i}", x, denominator, "token_mean")
+    out.add("n", torch.tensor(3.0), "sum")
+    read = dict(Metrics(out.finish().names, out.values, kinds=out.kinds))
+    assert [read[f"r{i}"] for i in range(len(numerators))] == [(x / denominator).item() for x in numerators]
+    assert read["n"] == 3.0

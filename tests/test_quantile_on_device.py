@@ -72,3 +72,22 @@ def test_host_path_reads_its_bins(monkeypatch):
     with host_syncs() as syncs:
         Population(chunks_of("normal")).quantile(0.5, "linear", "exact")
     assert len(syncs) > 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_neighbours_in_two_high_bins(mode, monkeypatch):
+    # linear interpolation takes two neighbouring order statistics in one pass: here 1.0 and 2.0, whose keys lie in
+    # different high bins (and, at q = 0.25, two of the same bin), as the host path takes them one at a time.
+    monkeypatch.setattr(Population, "SORT_LIMIT", 0)
+    values = torch.cat([torch.full((5000,), 1.0), torch.full((5000,), 2.0), torch.linspace(3.0, 4.0, 3)])
+    chunks = [(values, torch.ones_like(values, dtype=torch.bool))]
+    for q in (0.25, 4999.5 / 10002, 0.9999):
+        host, device = (results_at(chunks, on_device, q, mode, monkeypatch) for on_device in (False, True))
+        assert host.view(torch.int32).item() == device.view(torch.int32).item(), (q, host.item(), device.item())
+        if mode == "exact":
+            assert device.item() == torch.quantile(values.double(), q).float().item()
+
+
+def results_at(chunks, on_device: bool, q: float, mode: str, monkeypatch) -> torch.Tensor:
+    monkeypatch.setattr(Population, "ON_DEVICE", on_device)
+    return Population(chunks).quantile(q, "linear", mode)

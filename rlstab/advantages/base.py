@@ -92,13 +92,14 @@ class GroupTable:
         require(found.all(), missing)  # in a deferring loss call: raised when its metrics are read
         return idx
 
-    def rows(self, group_ids: torch.Tensor, responses: torch.Tensor | None = None):
-        """``(mean, std, count)`` of each response's group, ``[B]`` each."""
+    def rows(self, group_ids: torch.Tensor, responses: torch.Tensor | None = None, count: bool = True):
+        """``(mean, std, count)`` of each response's group, ``[B]`` each (``count`` False: None for the count,
+        which is then not gathered)."""
         idx = self.lookup(group_ids, responses)
         if self.keys.numel() == 0:  # padding rows of an empty step
             ones = torch.ones(group_ids.shape, device=self.mean.device)
-            return torch.zeros_like(ones), ones, ones
-        return self.mean[idx], self.std[idx], self.count[idx]
+            return torch.zeros_like(ones), ones, ones if count else None
+        return self.mean[idx], self.std[idx], self.count[idx] if count else None
 
 
 class AdvantageEstimator(Component):

@@ -33,7 +33,7 @@ class GRPO(AdvantageEstimator):
         return GroupTable.fit(rewards, group_ids, responses)
 
     def apply(self, stats: GroupTable, rewards, group_ids, responses=None):
-        mean, std, _ = stats.rows(group_ids, responses)
+        mean, std, _ = stats.rows(group_ids, responses, count=False)
         centred = rewards.to(torch.float32) - mean
         if not self.normalize_std:
             return zero_padding_rows(centred, responses)

@@ -89,39 +89,18 @@ class PPOClip(Surrogate):
         lower, upper, dual = self._bounds()
         # Each token's clip interval: A > 0: r <= 1+eh.  A < 0: 1-el <= r <= c.  (r > 0 always.)
         # One clamp with per-response bounds is the active branch of the max (and of the dual min):
-        # A > 0: l = -A min(r, 1+eh).  A < 0: l = -A clamp(r, 1-el, c).  A = 0: l = 0.
+        # A > 0: l = -A min(r, 1+eh).  A < 0: l = -A clamp(r, 1-el, c).  A = 0: l = 0 and its gradient
+        # 0 whatever the bounds (the weight -A is a zero).
         # With delta: A > 0: upper = min(1+eh, delta); A < 0: c = max(1+eh, delta) (see the docstring).
-        lo = torch.where(adv > 0, 0.0, lower)
-        hi = torch.where(adv < 0, dual, upper)
+        neg = adv < 0
+        lo = neg * lower  # 0 where A >= 0: no lower bound there, since r > 0
+        hi = torch.where(neg, dual, upper)
         r_clip = torch.clamp(r, min=lo, max=hi)
         w = weight * adv.neg()
-        loss = torch.dot(w.reshape(-1), r_clip.reshape(-1))
+        loss = torch.dot(w.view(-1), r_clip.view(-1))
         # d l / d logp = -A r where r is inside its clip interval (r_clip == r), 0 where clipped.
-        active = indicator(torch.eq, r_clip, r)
-        grad = w.mul_(active).mul_(r).mul_(unclamped(t))
-
-        # Metrics: valid tokens outside their interval, by the sign of A (and side, for A < 0).
-        pos, neg = indicator(torch.gt, adv, 0.0), indicator(torch.lt, adv, 0.0)
-        active.mul_(t.valid)
-        if adv.shape[-1] == 1:  # per response: count per row, then weigh rows by the sign of A
-            clipped = t.valid.sum(-1).sub_(active.sum(-1))
-            high, out_neg = torch.dot(pos[:, 0], clipped), torch.dot(neg[:, 0], clipped)
-        else:
-            pos, neg = pos.mul_(t.valid).reshape(-1), neg.mul_(t.valid).reshape(-1)
-            active = active.reshape(-1)
-            high, out_neg = pos.sum() - torch.dot(pos, active), neg.sum() - torch.dot(neg, active)
-        counts = {"clip/high_fraction": high}
-        if math.isinf(dual):
-            counts["clip/low_fraction"] = out_neg
-        else:
-            above = indicator(torch.gt, r, dual).mul_(t.valid)
-            if adv.shape[-1] == 1:
-                n_dual = torch.dot(neg[:, 0], above.sum(-1))
-            else:
-                n_dual = torch.dot(neg, above.reshape(-1))
-            counts["clip/low_fraction"] = out_neg - n_dual
-            counts["clip/dual_fraction"] = n_dual
-        return SurrogateResult(loss, grad, counts)
+        grad = w.mul_(indicator(torch.eq, r_clip, r)).mul_(r).mul_(unclamped(t))
+        return SurrogateResult(loss, grad, _clip_counts(t, r_clip, not math.isinf(dual)))
 
     def describe(self) -> str:
         s = f"ppo_clip: l = max(-A r, -A clip(r, {1 - self.eps_low:g}, {1 + self.eps_high:g}))"
@@ -150,3 +129,22 @@ class NoClip(Surrogate):
 
     def describe(self) -> str:
         return "none: l = -A r (no clipping)"
+
+
+def _clip_counts(t: Tokens, r_clip: torch.Tensor, dual: bool) -> dict[str, torch.Tensor]:
+    """Valid tokens outside their clip interval, by the sign of A: above it (A > 0: ``clip/high_fraction``;
+    A < 0: ``clip/dual_fraction``, beyond the dual clip) or below it (A < 0: ``clip/low_fraction``). Counts of
+    0/1 values: exact whichever way they are summed (float32 up to 2**24 tokens)."""
+    r, valid = t.ratio, t.valid
+    above, below = indicator(torch.gt, r, r_clip), indicator(torch.lt, r, r_clip)
+    adv = t.advantage_per_response
+    if adv is not None:  # per response: each row's tokens above and below (0/1 products), weighed by the row's sign
+        above, below = above.mul_(valid).sum(-1), below.mul_(valid).sum(-1)
+    else:  # per token: the valid tokens' indicators, weighed by each token's sign
+        adv = t.advantage_rows.reshape(-1)
+        above, below = above.mul_(valid).view(-1), below.mul_(valid).view(-1)
+    pos, neg = indicator(torch.gt, adv, 0.0), indicator(torch.lt, adv, 0.0)
+    counts = {"clip/high_fraction": torch.dot(pos, above), "clip/low_fraction": torch.dot(neg, below)}
+    if dual:
+        counts["clip/dual_fraction"] = torch.dot(neg, above)
+    return counts

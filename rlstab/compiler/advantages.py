@@ -35,7 +35,7 @@ def fit_step_advantages(objective: Objective, tokens: list[Tokens], comm: Comm) 
     # Per response: its valid tokens, and whether it has any response token at all (a padding row,
     # which the estimator leaves out, has none), interleaved so that one concatenation carries both.
     rows = comm.cat(torch.cat([
-        torch.stack([t.valid.sum(-1), responses(t.batch).to(torch.float32)], -1).reshape(-1) for t in tokens
+        torch.stack([t.valid_rows(), responses(t.batch).to(torch.float32)], -1).reshape(-1) for t in tokens
     ])).reshape(-1, 2)
     lengths, has_tokens = rows[:, 0], rows[:, 1] > 0
     parts = [est.sequence_inputs(t) for t in tokens]

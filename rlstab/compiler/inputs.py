@@ -31,6 +31,7 @@ class Inputs:
         self.plan = plan
         self.rejections = [objective.masks[i] for i in plan.rejections]
         self.warned_ignored_rewards = False
+        self._checked: dict[tuple[bool, ...], list[str]] = {}
 
     def tokens(self, batch: TokenBatch) -> Tokens:
         """The batch's tokens, after the checks; rejected tokens are padding."""
@@ -62,17 +63,25 @@ class Inputs:
                     )
 
     def checked_fields(self, batch: TokenBatch) -> list[str]:
-        """The fields of ``batch`` whose values must be finite on valid tokens: what the loss reads."""
+        """The fields of ``batch`` whose values must be finite on valid tokens: what the loss reads (found once
+        for each combination of the optional fields it depends on)."""
+        key = (batch.old_logprobs is not None, batch.advantages is not None, batch.is_weights is not None,
+               batch.entropy is not None)
+        if key not in self._checked:
+            self._checked[key] = self._checked_fields(*key)
+        return list(self._checked[key])
+
+    def _checked_fields(self, old_logprobs: bool, advantages: bool, is_weights: bool, entropy: bool) -> list[str]:
         names = ["logprobs"]
-        if batch.old_logprobs is not None:
+        if old_logprobs:
             names.append("old_logprobs")
-        names.append("advantages" if batch.advantages is not None else "rewards")
-        if batch.is_weights is not None:
+        names.append("advantages" if advantages else "rewards")
+        if is_weights:
             names.append("is_weights")
         read = {f for _, f in self.plan.reads} - {"advantages", "is_branch"}  # a bool cannot be non-finite
-        if batch.advantages is None:
+        if not advantages:
             read |= set(self.objective.advantage.reads) - {"rewards", "group_ids"}
-        if batch.entropy is not None:
+        if entropy:
             read.add("entropy")  # reported as entropy/mean even when no component reads it
         return names + sorted(read)
 
@@ -92,9 +101,12 @@ class Inputs:
 
 
 def kept(t: Tokens, keeps: list[torch.Tensor]) -> torch.Tensor:
-    """``[B, T]`` float: 1.0 on the valid tokens that every one of ``keeps`` keeps."""
-    out = t.valid.clone()
-    for k in keeps:
+    """``[B, T]`` float: 1.0 on the valid tokens that every one of ``keeps`` keeps (``t.valid`` itself without
+    masks: never modify it in place)."""
+    if not keeps:
+        return t.valid
+    out = t.valid * keeps[0]
+    for k in keeps[1:]:
         out.mul_(k)
     return out
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from rlstab.batch import TokenBatch
 from rlstab.compiler.inputs import shadow_keeps
 from rlstab.lazy import torch
-from rlstab.metrics import Combines
+from rlstab.metrics import Combines, Element
 from rlstab.tokens import Tokens
 
 if TYPE_CHECKING:
@@ -42,17 +42,44 @@ that over several optimizer steps (a trainer's updates of one rollout batch) the
 
 class Reported:
     """Metrics as a loss reports them: names, values (0-d tensors stay on their device, numbers on the
-    host, until read) and how each combines over micro-batches."""
+    host, until read) and how each combines over micro-batches.
+
+    ``ratio`` reports a quotient whose division waits for ``finish``: there, the numerators over one
+    denominator (of one dtype) are divided at once, one stack and one division for all of a loss's
+    fractions of its valid tokens instead of a division each (each quotient the same float)."""
 
     def __init__(self):
         self.names: list[str] = []
-        self.values: list[torch.Tensor | float] = []
+        self.values: list[torch.Tensor | Element | float] = []
         self.kinds: list[Combines] = []
+        self._ratios: dict[tuple, tuple[torch.Tensor, list[tuple[int, torch.Tensor]]]] = {}
 
     def add(self, name: str, value: torch.Tensor | float, combines: Combines) -> None:
         self.names.append(name)
         self.values.append(value)
         self.kinds.append(combines)
+
+    def ratio(self, name: str, numerator: torch.Tensor | float, denominator: torch.Tensor, combines: Combines) -> None:
+        """Report ``numerator / denominator`` (a 0-d tensor), divided in ``finish``."""
+        if isinstance(numerator, torch.Tensor) and numerator.dim() == 0:
+            key = (id(denominator), numerator.dtype, numerator.device)
+            self._ratios.setdefault(key, (denominator, []))[1].append((len(self.values), numerator))
+        else:
+            numerator = numerator / denominator  # now
+        self.add(name, numerator, combines)  # replaced by its quotient in finish
+
+    def finish(self) -> Reported:
+        """Divide the ratios, each group of numerators over one denominator at once."""
+        for denominator, slots in self._ratios.values():
+            if len(slots) == 1:
+                (i, numerator), = slots
+                self.values[i] = numerator / denominator
+                continue
+            quotients = torch.stack([numerator for _, numerator in slots]) / denominator
+            for j, (i, _) in enumerate(slots):
+                self.values[i] = Element(quotients, j)
+        self._ratios = {}
+        return self
 
 
 def loss_metrics(
@@ -62,12 +89,14 @@ def loss_metrics(
     """The metrics of one micro-batch (its ``keeps`` per mask and loss ``terms``), ``loss`` last."""
     obj = objective
     out = Reported()
-    n_valid = t.valid.sum()
+    n_valid = t.valid_count()
     n_valid_safe = n_valid.clamp(min=1.0)
     valid_flat = t.valid.reshape(-1)
-    _mask_metrics(out, objective, plan, batch, t, valid_flat, n_valid, step, keeps)
+    _mask_metrics(out, objective, plan, batch, t, valid_flat, n_valid, n_valid_safe, step, keeps, terms.n_kept)
+    if obj.reweighters:
+        n_kept_safe = terms.n_kept.clamp(min=1.0)
     for label, reweighter, value, reweighted in zip(plan.reweighter_labels, obj.reweighters, step.hooks, terms.reweighted):
-        out.add(f"reweight/{label}/mean", reweighted / terms.n_kept.clamp(min=1.0), "token_mean")
+        out.ratio(f"reweight/{label}/mean", reweighted, n_kept_safe, "token_mean")
         for name, v in reweighter.step_metrics(value).items():
             out.add(f"reweight/{label}/{name}", v, "step")
     for name, v in obj.surrogate.step_metrics(step.hooks[len(obj.reweighters)]).items():
@@ -81,7 +110,7 @@ def loss_metrics(
 
     out.add("tokens/valid", n_valid, "sum")
     out.add("tokens/kept", terms.n_kept, "sum")
-    out.add("tokens/kept_fraction", terms.n_kept / n_valid_safe, "token_mean")
+    out.ratio("tokens/kept_fraction", terms.n_kept, n_valid_safe, "token_mean")
     tokens_valid, tokens_kept, branch_tokens_valid, branch_responses = STEP_COUNTS
     out.add(tokens_valid, step.counts.tokens_valid, "step")
     out.add(tokens_kept, step.counts.tokens_kept, "step")
@@ -94,38 +123,51 @@ def loss_metrics(
         for name, value in obj.advantage.step_metrics(step.advantage).items():
             out.add(f"advantage/{obj.advantage.kind}/{name}", value, "step")
     for name, count in terms.surrogate_counts.items():
-        out.add(name, count / n_valid_safe, "token_mean")
-    out.add("approx_kl", -torch.dot(valid_flat, t.log_ratio.reshape(-1)) / n_valid_safe, "token_mean")
-    adv = t.advantage_rows  # [B, 1]: sum over rows of valid tokens x advantage, without a [B, T] copy
-    adv_sum = torch.dot(t.valid.sum(-1), adv[:, 0]) if adv.shape[-1] == 1 else torch.dot(valid_flat, adv.reshape(-1))
-    out.add("advantage/mean", adv_sum / n_valid_safe, "token_mean")
+        out.ratio(name, count, n_valid_safe, "token_mean")
+    out.ratio("approx_kl", -torch.dot(valid_flat, t.log_ratio.reshape(-1)), n_valid_safe, "token_mean")
+    adv = t.advantage_per_response  # [B]: sum over rows of valid tokens x advantage, without a [B, T] copy
+    if adv is not None:
+        adv_sum = torch.dot(t.valid_rows(), adv)
+    else:
+        adv_sum = torch.dot(valid_flat, t.advantage_rows.reshape(-1))
+    out.ratio("advantage/mean", adv_sum, n_valid_safe, "token_mean")
     if t.entropy is not None:
-        out.add("entropy/mean", torch.dot(valid_flat, t.entropy.reshape(-1)) / n_valid_safe, "token_mean")
-    out.add("loss", terms.loss, "sum")
-    return out
+        out.ratio("entropy/mean", torch.dot(valid_flat, t.entropy.reshape(-1)), n_valid_safe, "token_mean")
+    # Without regularisers the loss's value is the policy term's (the same float): reported from the tensor
+    # without a gradient, which the metrics need not detach.
+    out.add("loss", terms.loss if terms.regularisers else terms.policy, "sum")
+    return out.finish()
 
 
 def _mask_metrics(
     out: Reported, objective: Objective, plan: Plan, batch: TokenBatch, t: Tokens, valid_flat: torch.Tensor,
-    n_valid: torch.Tensor, step: StepStats, keeps: list[torch.Tensor],
+    n_valid: torch.Tensor, n_valid_safe: torch.Tensor, step: StepStats, keeps: list[torch.Tensor],
+    n_kept: torch.Tensor,
 ) -> None:
-    """Each mask's (then each shadow mask's) kept and silenced tokens, their fraction, and its step threshold(s)."""
+    """Each mask's (then each shadow mask's) kept and silenced tokens, their fraction, and its step threshold(s).
+
+    ``n_kept``: the tokens every mask keeps, which is what the one mask of an objective without a rollout
+    rejection keeps (a count: the same number whichever way it is summed)."""
     if plan.rejections:  # their counts are over the tokens before any rejection
         before_flat = step.step_level.response_tokens(batch).reshape(-1)
         n_before = before_flat.sum()
+        n_before_safe = n_before.clamp(min=1.0)
+    only_mask = len(keeps) == 1 and not plan.rejections
     for i, (label, mask, k, thr) in enumerate(zip(plan.mask_labels, objective.masks, keeps, step.thresholds)):
-        base, n_base = (before_flat, n_before) if i in plan.rejections else (valid_flat, n_valid)
-        n_kept_by_mask = torch.dot(base, k.reshape(-1))
+        base, n_base, n_base_safe = (
+            (before_flat, n_before, n_before_safe) if i in plan.rejections else (valid_flat, n_valid, n_valid_safe)
+        )
+        n_kept_by_mask = n_kept if only_mask else torch.dot(base, k.reshape(-1))
         out.add(f"mask/{label}/kept", n_kept_by_mask, "sum")
         out.add(f"mask/{label}/silenced", n_base - n_kept_by_mask, "sum")
-        out.add(f"mask/{label}/kept_fraction", n_kept_by_mask / n_base.clamp(min=1.0), "token_mean")
+        out.ratio(f"mask/{label}/kept_fraction", n_kept_by_mask, n_base_safe, "token_mean")
         _threshold_metrics(out, f"mask/{label}", mask, thr)
     shadows = shadow_keeps(objective, t, step.thresholds)
     for label, mask, k, thr in zip(plan.shadow_labels, objective.shadow_masks, shadows, step.thresholds[len(keeps):]):
         n_kept_by_mask = torch.dot(valid_flat, k.reshape(-1))
         out.add(f"{label}/kept", n_kept_by_mask, "sum")
         out.add(f"{label}/silenced", n_valid - n_kept_by_mask, "sum")
-        out.add(f"{label}/kept_fraction", n_kept_by_mask / n_valid.clamp(min=1.0), "token_mean")
+        out.ratio(f"{label}/kept_fraction", n_kept_by_mask, n_valid_safe, "token_mean")
         _threshold_metrics(out, label, mask, thr)
 
 

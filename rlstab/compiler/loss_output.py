@@ -1,7 +1,8 @@
 """A micro-batch's ``LossOutput``, with the check that its inputs are finite riding on the metrics' read.
 
 A loss that reads on the host (the CPU, or a call that is its own step) reads its metrics at once,
-together with ``isfinite`` of the extremes of every checked field: when an input is not finite it
+together with the extremes of every checked field, which the host judges finite (no operation on the
+device but the extremes, ``rlstab.deferred.AllFinite``): when an input is not finite it
 returns the checked fields instead, and the call zeroes the padding's non-finite values (or raises
 for a valid token's, ``rlstab.non_finite``) and runs again. A deferred call
 (a frozen step on a GPU) adds the check to the requirements its metrics raise at their read.
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 from rlstab.batch import LossOutput, TokenBatch
 from rlstab.compiler.loss_metrics import Reported
-from rlstab.deferred import Requirement
+from rlstab.deferred import AllFinite, Requirement
 from rlstab.lazy import torch
 from rlstab.metrics import Metrics
 from rlstab.non_finite import extremes
@@ -47,10 +48,11 @@ def loss_output(
     return LossOutput(loss=loss, metrics=metrics)
 
 
-def _inputs_finite(batch: TokenBatch, fields: list[str]) -> torch.Tensor | None:
-    """0-d bool: every value of ``fields`` is finite (min and max of each field are finite iff every value is)."""
+def _inputs_finite(batch: TokenBatch, fields: list[str]) -> AllFinite | None:
+    """Every value of ``fields`` is finite: min and max of each field are finite iff every value is, which the
+    host judges when it reads them with the metrics (no other operation on the device)."""
     bounds = extremes(batch, fields)
-    return torch.isfinite(torch.stack([b.to(torch.float32) for b in bounds])).all() if bounds else None
+    return AllFinite(tuple(bounds)) if bounds else None
 
 
 class _NonFiniteInputs(Exception):

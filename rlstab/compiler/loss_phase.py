@@ -74,14 +74,19 @@ class LossPhase:
         """The loss of a micro-batch whose tokens ``t`` carry their advantages; ``kept``: the tokens every mask keeps."""
         obj = self.objective
         agg = obj.aggregation
-        row_tokens = (kept if agg.count == "kept" else t.valid).sum(-1)
+        row_tokens = None
+        if agg._reads_row_tokens:
+            row_tokens = t.valid_rows() if agg.count == "valid" or kept is t.valid else kept.sum(-1)
         weight = kept * _scale(obj, agg, step, t, row_tokens)
         if batch.is_weights is not None:
             w = f32(batch.is_weights)
             weight = weight * (w.unsqueeze(-1) if w.dim() == 1 else w)
         reweighted = []
         for reweighter, value in zip(obj.reweighters, step.hooks):
-            factor = reweighter.weights(t, value)  # [B, T] or [B, 1]
+            factor = reweighter.weights(t, value)  # [B, T] or [B, 1]; None: all 1
+            if factor is None:  # x * 1 is x: the same weight, and the kept tokens' sum of ones is their count
+                reweighted.append(None)
+                continue
             weight = weight * factor
             reweighted.append((kept * factor).sum())
         result = obj.surrogate.evaluate(t, weight, step.hooks[len(obj.reweighters)])
@@ -90,15 +95,18 @@ class LossPhase:
             loss = _PrecomputedGrad.apply(batch.logprobs, result.loss, result.grad)
         regularisers = []
         if obj.regularisers:
-            reg_weight = t.valid * _scale(obj, self.regulariser_aggregation, step, t, t.valid.sum(-1))
+            reg_agg = self.regulariser_aggregation
+            reg_weight = t.valid * _scale(obj, reg_agg, step, t, t.valid_rows() if reg_agg._reads_row_tokens else None)
             for reg, hook in zip(obj.regularisers, step.hooks[len(obj.reweighters) + 1:]):
                 value = (reg.term(batch, t) * reg_weight).sum()
                 loss = loss + reg.coefficient(hook) * value
                 regularisers.append(value.detach())
-        return LossTerms(loss, result.loss, result.counts, reweighted, regularisers, kept.sum())
+        n_kept = t.valid_count() if kept is t.valid else kept.sum()  # without masks, the valid tokens
+        reweighted = [n_kept if r is None else r for r in reweighted]
+        return LossTerms(loss, result.loss, result.counts, reweighted, regularisers, n_kept)
 
 
-def _scale(objective: Objective, agg, step: StepStats, t: Tokens, row_tokens: torch.Tensor):
+def _scale(objective: Objective, agg, step: StepStats, t: Tokens, row_tokens: torch.Tensor | None):
     """``agg``'s per-token weight; with ``dual_stream``, each stream's own, the branch stream's times lambda."""
     if step.branch_counts is None:
         return agg.scale(step.counts, row_tokens)
@@ -106,7 +114,7 @@ def _scale(objective: Objective, agg, step: StepStats, t: Tokens, row_tokens: to
     lam = objective.dual_stream.branch_weight
 
     def as_tensor(x):  # a float32 tensor without a host-to-device copy (a fill)
-        return x if isinstance(x, torch.Tensor) else torch.full((), x, dtype=torch.float32, device=row_tokens.device)
+        return x if isinstance(x, torch.Tensor) else torch.full((), x, dtype=torch.float32, device=t.valid.device)
 
     main_scale, branch_scale = as_tensor(agg.scale(main, row_tokens)), as_tensor(agg.scale(step.branch_counts, row_tokens))
     return torch.where(t.batch.is_branch.unsqueeze(-1), lam * branch_scale, main_scale)

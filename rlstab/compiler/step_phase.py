@@ -24,9 +24,9 @@ from rlstab.compiler.counted import counted_threshold
 from rlstab.compiler.inputs import Inputs, kept, mask_keeps
 from rlstab.compiler.states import ComponentStates, Pending
 from rlstab.compiler.step_stats import StepStats
-from rlstab.deferred import deferring
+from rlstab.deferred import AllFinite, deferring
 from rlstab.lazy import torch
-from rlstab.non_finite import non_finite_count
+from rlstab.non_finite import non_finite_flag
 from rlstab.quantile import Population
 from rlstab.step import fit_step_level
 from rlstab.tokens import Tokens
@@ -66,7 +66,8 @@ class StepPhase:
             thresholds = self._thresholds(tokens, comm)
             masked = [(keeps, kept(t, keeps)) for t in tokens for keeps in [mask_keeps(obj, t, thresholds)]]
             totals = self._totals(tokens, masked, comm, check)
-            totals = torch.cat([totals] + [holds.reshape(1).to(torch.float64) for holds, _ in requirements])
+            if requirements:  # 0-d bools, 1.0 or 0.0 among the float64 totals
+                totals = torch.cat([totals, torch.stack([_on_device(holds) for holds, _ in requirements])])
         # Host sync: the step's denominators and the input check, all in one transfer (once per gather).
         totals = totals.tolist()
         for (_, error), holds in zip(requirements, totals[len(totals) - len(requirements):]):
@@ -112,22 +113,39 @@ class StepPhase:
     def _totals(self, tokens: list[Tokens], masked: list, comm: Comm, check: bool) -> torch.Tensor:
         """float64 ``[valid tokens, kept tokens, valid rows, kept rows, non-finite inputs]`` (then the branch
         stream's four with ``dual_stream``), summed over ranks; under ``torch.distributed`` the longest
-        response over ranks after them."""
+        response over ranks after them. Non-finite inputs: the micro-batches with a checked input that is not
+        finite (with ``check``; 0 without).
+
+        Each micro-batch's counts are one float64 sum of its rows' counts (integers: the same numbers
+        whatever the order they are added in)."""
         dual = self.objective.dual_stream is not None
         device = tokens[0].valid.device if tokens else torch.device("cpu")
-        local = torch.zeros(9 if dual else 5, dtype=torch.float64, device=device)
+        local = None
         for t, (_, kept_tokens) in zip(tokens, masked):
-            valid_rows, kept_rows = t.valid.sum(-1), kept_tokens.sum(-1)
-            sums = [valid_rows.sum(), kept_rows.sum(), (valid_rows > 0).sum(), (kept_rows > 0).sum()]
-            fields = self.inputs.checked_fields(t.batch)
-            sums.append(non_finite_count(t.batch, fields) if check else torch.zeros((), device=device))
+            valid_rows = t.valid_rows()
+            kept_rows = valid_rows if kept_tokens is t.valid else kept_tokens.sum(-1)  # without masks, the same
+            rows = [valid_rows, kept_rows, valid_rows > 0, kept_rows > 0]
             if dual:  # the branch stream's own denominators
                 branch = t.batch.is_branch.to(valid_rows.dtype)
-                sums += [(valid_rows * branch).sum(), (kept_rows * branch).sum(), ((valid_rows > 0) * branch).sum(),
-                         ((kept_rows > 0) * branch).sum()]
-            local = local + torch.stack([s.to(torch.float64) for s in sums])
+                rows += [r * branch for r in rows]
+            sums = torch.stack(rows).sum(-1, dtype=torch.float64)
+            if check:
+                flag = non_finite_flag(t.batch, self.inputs.checked_fields(t.batch))
+            else:
+                flag = torch.zeros(1, dtype=torch.bool, device=device)
+            sums = torch.cat([sums[:4], flag, sums[4:]] if dual else [sums, flag])
+            local = sums if local is None else local + sums
+        if local is None:
+            local = torch.zeros(9 if dual else 5, dtype=torch.float64, device=device)
         totals = comm.sum(local)
         if comm.distributed:  # the longest response over ranks rides on the same transfer
             longest = max((t.valid.shape[-1] for t in tokens), default=0)
             totals = torch.cat([totals, comm.max(torch.full((1,), longest, dtype=torch.float64, device=device))])
         return totals
+
+
+def _on_device(holds: torch.Tensor | AllFinite) -> torch.Tensor:
+    """A requirement's condition as a 0-d bool tensor."""
+    if isinstance(holds, AllFinite):
+        return torch.isfinite(torch.stack([v.to(torch.float32) for v in holds.values])).all()
+    return holds

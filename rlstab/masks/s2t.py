@@ -79,7 +79,7 @@ class S2T(Mask):
         candidate.mul_(positive(t.advantage_rows))
         side = below if self.entropy_side == "low" else at_least
         candidate.mul_(side(t.entropy, threshold))
-        return candidate.neg_().add_(1.0)
+        return torch.rsub(candidate, 1.0)  # 1 - candidate in one operation
 
     def describe(self) -> str:
         p = "p" if self.prob_source == "current" else "p_old"

@@ -21,7 +21,8 @@ from rlstab.tokens import Tokens
 class Reweighter(StepHook, Component):
     """Base class of reweighters (``reweighters:`` in an objective); factors of an objective multiply."""
 
-    def weights(self, t: Tokens, step: Any) -> torch.Tensor:
+    def weights(self, t: Tokens, step: Any) -> torch.Tensor | None:
         """Float32 factors broadcastable to ``[B, T]`` (``[B, 1]`` for per-response factors).
-        On padding any finite value (compute from padding's inputs with ``torch.where``)."""
+        On padding any finite value (compute from padding's inputs with ``torch.where``).
+        None: every factor is 1 in this step (the loss then multiplies nothing)."""
         raise NotImplementedError

@@ -203,12 +203,12 @@ class STARE(Reweighter):
 
     # ---------------------------------------------------------------- tokens
 
-    def weights(self, t: Tokens, step) -> torch.Tensor:
+    def weights(self, t: Tokens, step) -> torch.Tensor | None:
         if step is None:  # no step value: the gate is open with the configured weights
             step = self.initial_state()
-        weights = torch.ones_like(t.logprobs)
         if not step["gate"]:
-            return weights
+            return None  # every weight 1
+        weights = torch.ones_like(t.logprobs)
         surprisal = t.logprobs.neg()
         valid = t.valid_bool
         plus = _top_surprisal(surprisal, valid & (t.advantages > 0), self.top_p)
