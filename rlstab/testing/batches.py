@@ -154,6 +154,14 @@ def leaves(batch: TokenBatch) -> dict[str, torch.Tensor]:
     }
 
 
+def on_device(batch: TokenBatch, device) -> TokenBatch:
+    """A copy of ``batch`` on ``device``, its differentiable fields leaves there (requiring grad as they did)."""
+    return TokenBatch(**{
+        name: v.detach().to(device).requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) else v
+        for name, v in tensors(batch).items()
+    })
+
+
 def take(batch: TokenBatch, lo: int, hi: int, leaves: dict[str, torch.Tensor]) -> TokenBatch:
     """Rows ``lo:hi`` of ``batch`` as a micro-batch whose differentiable fields are slices of ``leaves``
     (so the gradients of every micro-batch land in one tensor each, as the whole batch's do)."""

@@ -52,10 +52,17 @@ def dry(tmp_path_factory):
 
 
 def load_script():
+    """benchmarks/gpu.py as a module (it puts its package, benchmarks/gpu_sections, on sys.path)."""
     spec = importlib.util.spec_from_file_location("gpu_benchmark", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_section(name: str):
+    """A module of benchmarks/gpu_sections/, imported as the command imports it."""
+    load_script()
+    return importlib.import_module(f"gpu_sections.{name}")
 
 
 def test_every_section_ran(dry):
@@ -64,6 +71,7 @@ def test_every_section_ran(dry):
     for section in ("system", "ceilings", "token_stats", "head", "loss", "profile", "presets", "targets"):
         assert section in report, section
     assert "errors" not in report, report.get("errors")
+    assert report["failed"] == []  # and so the exit status was 0
     assert "dry run: CPU, the GPU's code paths, no timing claims" in printed
     for key in ("torch", "triton", "device_name", "date"):
         assert report["system"][key], key
@@ -112,6 +120,10 @@ def test_the_lm_head_table_is_right_against_float64(dry):
             assert entry["status"] == "ok", (name, entry["status"])
             assert entry["ms"] > 0 and entry["logprob_err"] <= 1e-4 and entry["entropy_err"] <= 1e-4, name
         assert row["paths"]["naive"]["logprob_err"] > 1e-3
+    # veRL's kernel needs CUDA: on CPU it is loaded (where veRL is installed) and said not to run, or absent
+    verl = section["verl"]
+    assert verl["status"] == "ok, not run: its kernels need CUDA" or verl["status"].startswith("unavailable ("), verl
+    assert all("veRL linear_cross_entropy" not in row["paths"] for row in section["rows"])
 
 
 def test_the_loss_table_has_every_loss(dry):
@@ -182,12 +194,12 @@ def test_the_report_goes_to_OUT_when_it_is_set(tmp_path, monkeypatch):
 
 
 def test_the_profile_counts_of_a_cuda_trace(tmp_path):
-    """What section 4 counts on CUDA, on made-up profiler events (CI has no GPU to make real ones)."""
+    """What the syncs section counts on CUDA, on made-up profiler events (CI has no GPU to make real ones)."""
     from types import SimpleNamespace
 
     from torch.autograd import DeviceType
 
-    gpu = load_script()
+    syncs = load_section("syncs")
 
     def event(name, device_type, start, end=None):
         return SimpleNamespace(
@@ -196,8 +208,8 @@ def test_the_profile_counts_of_a_cuda_trace(tmp_path):
 
     cpu, cuda = DeviceType.CPU, DeviceType.CUDA
     events = [
-        event(gpu.MEASURED, cpu, 10, 100),
-        event(gpu.MEASURED, cuda, 12, 90),  # the range as the device sees it: not a kernel
+        event(syncs.MEASURED, cpu, 10, 100),
+        event(syncs.MEASURED, cuda, 12, 90),  # the range as the device sees it: not a kernel
         event("cudaLaunchKernel", cpu, 11),
         event("cuLaunchKernelEx", cpu, 12),  # a Triton kernel's launch
         event("cudaStreamSynchronize", cpu, 20),
@@ -209,11 +221,11 @@ def test_the_profile_counts_of_a_cuda_trace(tmp_path):
         event("Memcpy DtoH (Device -> Pageable)", cuda, 42),
         event("Memset (Device)", cuda, 43),
     ]
-    counts = gpu.count_events(events, cuda=True)
+    counts = syncs.count_events(events, cuda=True)
     assert counts["kernels"] == 2 and counts["launches"] == 2
     assert (counts["memcpy"], counts["dtoh"]) == (1, 1)
     assert (
         counts["sync_calls"] == {"cudaStreamSynchronize": 1, "cuMemcpyDtoH": 1} and counts["host_syncs"] == 2
     )
     assert counts["aten"] == {"aten::_local_scalar_dense": 1}
-    assert gpu.count_events(events, cuda=False) == {"aten": {"aten::_local_scalar_dense": 1}}
+    assert syncs.count_events(events, cuda=False) == {"aten": {"aten::_local_scalar_dense": 1}}

@@ -7,6 +7,9 @@ last ones; the references are the naive path in float64 and the CPU path of toke
 
 import pytest
 import torch
+import torch_versions
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 import rlstab.stats.lm_head as lm_head
 import rlstab.stats.lm_head_gpu as gpu
@@ -37,8 +40,8 @@ def grads(fn, hidden, weight, labels, use_entropy=False, wrt=("hidden", "weight"
     loss = (lp * g1).sum() + ((ent * g2).sum() if use_entropy else 0.0)
     return lp.detach(), ent.detach(), torch.autograd.grad(loss, [t for t in (h, w) if t.requires_grad])
 
-# 7 tokens x 53 float32 logits a chunk in forward (1484 B / (53 x 4 B) = 7); in backward, chunks of
-# 8-column multiples: 1484 B / (37 tokens x 4 B) = 10 -> 8 columns, 53 = 6 x 8 + 5.
+# Chunks of 8-column multiples in both passes: 1484 B / (37 tokens x 4 B) = 10 -> 8 columns, 53 = 6 x 8 + 5
+# (in backward, fewer tokens where some carry no gradient: wider chunks).
 SMALL = 1484
 
 
@@ -178,3 +181,42 @@ def test_tied_embedding_gets_both_gradients(use_triton):
         results.append(w.grad)
     torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-6)
     assert results[0][ids].abs().sum() > 0
+
+
+class Storages(TorchDispatchMode):
+    """The storages the ops under it make or touch: data pointer -> (largest size seen in bytes, the ops)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: dict[int, tuple[int, set]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                size, ops = self.seen.get(storage.data_ptr(), (0, set()))
+                self.seen[storage.data_ptr()] = (max(size, storage.nbytes()), ops | {func.__name__})
+        return out
+
+
+def test_working_memory_is_one_chunk_and_the_accumulator(monkeypatch):
+    # The matmuls as a card's torch (2.10 and later) has them: half-precision operands, float32 results.
+    torch_versions.install(monkeypatch, "torch>=2.10")
+    n, width, vocab, chunk = 8, 64, 512, 8192  # 8,192 B / (8 tokens x 4 B) = 256 columns: two chunks
+    hidden, weight, labels = inputs(N=n, H=width, V=vocab, dtype=torch.bfloat16)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    with Storages() as made:
+        lp, _ = gpu.token_stats_gpu(h, w, labels, temperature=1.0, entropy_grad=False, ignore_index=-100,
+                                    use_triton=False, chunk_bytes=chunk)
+        (lp * torch.linspace(-1, 1, n)).sum().backward()
+    ptr = {name: t.untyped_storage().data_ptr() for name, t in (("h", h), ("w", w), ("h.grad", h.grad),
+                                                                 ("w.grad", w.grad))}
+    working = {p: size for p, (size, _) in made.seen.items() if p not in ptr.values()}
+    # The largest: one chunk of float32 logits, 8 x 256 x 4 = 8,192 B (the float32 accumulator of grad_h is
+    # 8 x 64 x 4 = 2,048 B, G in bf16 4,096 B). Before: the whole weight in float32, 512 x 64 x 4 = 131,072 B.
+    assert max(working.values()) == 8192
+    # The weight's gradient is made once, in the weight's dtype, and never zeroed (every chunk writes its rows).
+    size, ops = made.seen[ptr["w.grad"]]
+    assert size == vocab * width * 2
+    assert not ops & {"zero_", "zeros_like", "fill_", "zeros"}, ops

@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import logging
 
-from rlstab.adapters.verl.config import RlstabPolicyLossConfig
 from rlstab.lazy import torch
 from rlstab.stats import token_stats_from_logits
 from rlstab.stats.from_logits import runs_fused
@@ -73,6 +72,8 @@ def use_rlstab_entropy(engine, loss_fn) -> bool:
 
     Returns whether it did.
     """
+    from rlstab.adapters.verl.config import RlstabPolicyLossConfig  # veRL's config classes: imported with veRL
+
     config = getattr(loss_fn, "keywords", {}).get("config")  # partial(ppo_loss, config=actor_config)
     policy_loss = getattr(config, "policy_loss", None)
     if not isinstance(policy_loss, RlstabPolicyLossConfig) or policy_loss.entropy_function != "rlstab":

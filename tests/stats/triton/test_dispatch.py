@@ -58,7 +58,7 @@ def cuda(dtype):
 
 
 def test_routing_predicate():
-    assert from_logits._triton_imports()  # Triton is in the test extra
+    assert from_logits._triton_imports()  # Triton comes with the triton extra
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         assert from_logits._use_triton(cuda(dtype))
         assert not from_logits._use_triton(torch.zeros(1, 2, dtype=dtype))  # CPU

@@ -3,7 +3,9 @@
 Run by Triton's interpreter on CPU tensors where no GPU is present (tests/conftest.py sets
 ``TRITON_INTERPRET=1`` before anything imports Triton), on small odd shapes: ``block_v`` of 16 or
 64 makes a vocabulary of 101 several tiles with a ragged last one. Without Triton these tests fail
-at the import below, on purpose: Triton is in the ``test`` extra.
+at the import below, on purpose: Triton comes with the ``triton`` extra (which scripts/test.sh
+installs; CUDA builds of torch ship it). scripts/test.sh runs them under the newest Triton and
+under Triton 3.6, the one torch 2.11 ships.
 """
 
 import math
