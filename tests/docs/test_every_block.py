@@ -114,6 +114,7 @@ ELSEWHERE = {
     # Trainer commands and scripts, run in the trainer's own environment (scripts/test.sh).
     ("docs/adapters/verl.md", "python3 -m verl.trainer.main_ppo \\"): "tests/adapters/verl/test_docs_command.py::test_documented_command_composes_and_passes_verls_validation",
     ("docs/adapters/openrlhf.md", "python -m rlstab.adapters.openrlhf --objective stapo \\"): "tests/adapters/openrlhf/test_launcher.py::test_documented_command_passes_openrlhfs_parser_and_starts_ray_with_the_hook",
+    ("docs/adapters/openrlhf.md", "# examples/openrlhf-arithmetic/reward.py"): "tests/docs/test_openrlhf_example.py::test_the_page_shows_the_reward_file_verbatim",
     ("docs/adapters/trl.md", "from rlstab.adapters.trl import RlstabGRPOTrainer"): "tests/adapters/trl/test_example.py::test_the_example_config_agrees_with_the_objective_and_trains",
     ("docs/adapters/trl.md", "from trl_grpo_stapo import DATASET, build_trainer, make_config"): "tests/adapters/trl/test_example.py::test_the_single_gpu_example_trains",
 }
