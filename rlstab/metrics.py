@@ -55,7 +55,8 @@ class Metrics(Mapping):
     the kinds (``combines``) stay with the ``Metrics`` the loss returned.
 
     Args:
-        names, values: the metrics, in order: 0-d tensors (read later), entries of a 1-d tensor
+        names: the metrics' names, in order.
+        values: their values, one per name: 0-d tensors (read later), entries of a 1-d tensor
             (``rlstab.metrics.Element``, read later) or numbers.
         requirements: the checks the loss deferred to the read.
         kinds: how each metric combines over micro-batches (``"sum"``, ``"step"`` or

@@ -88,6 +88,7 @@ HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-vllm/bin/python -m pytest -p no:ca
 done_with .venv-vllm
 echo "== docs"
 site=$(mktemp -d)
-NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet -d "$site"
+# Not --quiet: it raises the log level above WARNING, and --strict then counts no warning at all.
+NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict -d "$site"
 rm -rf "$site"
 echo "docs: built with --strict"

@@ -32,7 +32,15 @@ class Mask(Component):
 
     def keep(self, t: Tokens, threshold: torch.Tensor | None) -> torch.Tensor:
         """``[B, T]`` float32, 1.0 = the token trains, 0.0 = silenced. On padding any finite value (it is
-        multiplied by 0 there, and NaN * 0 is NaN: compute from padding's inputs with ``torch.where``)."""
+        multiplied by 0 there, and NaN * 0 is NaN: compute from padding's inputs with ``torch.where``).
+
+        ``threshold`` is the step's frozen q-quantile of what ``quantile_request`` asked for (a 0-d
+        tensor; a tuple of them for a list of requests), or ``(target, candidates, cut)`` for a counted
+        mask. The threshold is None when there is nothing to take it over: a step with no valid token,
+        or none that the request's ``include`` selects (a tuple then holds None in that place); and
+        always for a mask without a ``quantile_request``. Handle it: the built-in masks then keep
+        every token.
+        """
         raise NotImplementedError
 
 

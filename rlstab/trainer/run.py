@@ -73,7 +73,11 @@ class Run:
         label: the run's name in its rows (the objective's name by default).
         policy: the starting policy, used in place (the demo hands each objective a copy of one
             warm start); None loads ``model`` warm-started on ``task`` from ``config.seed``.
-        model, cache_dir, progress: for ``load_policy`` when ``policy`` is None.
+        model: the model ``load_policy`` loads when ``policy`` is None (``tiny`` or ``smollm2``).
+        cache_dir: where ``load_policy`` caches the warm-started ``tiny`` model, when ``policy`` is None.
+        progress (Callable[[str], None] | bool | None): ``load_policy``'s progress lines, when
+            ``policy`` is None: a callable taking one line, True (lines to stderr), or False or
+            None (silent).
     """
 
     def __init__(

@@ -280,3 +280,26 @@ def test_every_attribute_of_tokens_is_in_the_reference(built_site):
     for name, cells in rows.items():
         description = re.sub(r"<[^>]+>", "", cells.rsplit("<td>", 1)[-1]).strip()
         assert len(description) > 10, name
+
+
+def test_every_familys_base_class_is_in_the_reference(pages):
+    """A plugin author derives from a family's base class (docs/plugins.md): each one, and the
+    ``Component`` they share, has a heading of its own on a reference page."""
+    from rlstab.components import Component
+
+    anchored = {}
+    for path, page in pages.items():
+        for anchor in page.ids:
+            try:
+                anchored.setdefault(_documented(anchor), path)
+            except (LookupError, AttributeError):
+                pass  # a member's anchor (a field, a parameter): not an object of its own
+    for base in [Component, *(family.base for family in FAMILIES.values())]:
+        assert base in anchored, f"{base.__module__}.{base.__name__}: on no reference page"
+
+
+def test_the_mask_base_says_when_keep_gets_no_threshold(pages):
+    """``Mask.keep``'s ``threshold`` is None when the step has no token to take a quantile of: the
+    reference says so where a plugin author reads the method (docs/plugins.md links it)."""
+    text = " ".join("".join(pages["reference/masks/index.html"].text).split())
+    assert "threshold is None" in text and "no valid token" in text
