@@ -44,6 +44,8 @@ def _cmd_validate(args) -> int:
             failed += not _fits_trainer(path, objective, args.trainer)
         else:
             print(one_line(f"{path}: ok ({objective.name or 'objective'})"))
+        for dropped in getattr(objective, "dropped", ()):  # notes: what its extends chain dropped (none if unloaded)
+            print(one_line(str(dropped)))
     return 1 if failed else 0
 
 

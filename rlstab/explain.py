@@ -17,6 +17,7 @@ def explain(objective: Objective, source: str | None = None, trainer: str | None
     lines = [o.name or f"{source or 'objective'} ({UNNAMED})"]
     if o.description:
         lines.append(f"  {o.description}")
+    lines += [str(dropped) for dropped in o.dropped]  # what a list of its extends chain replaced without keeping
     lines.append("")
     term = ("M * " if o.masks else "") + ("W * " if o.reweighters else "") + "l(r, A)"
     regs = "".join(f" + {getattr(r, 'coefficient_symbol', f'{r.coef:g}')} * Agg_valid(R{i})" for i, r in enumerate(o.regularisers))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
@@ -24,6 +24,7 @@ from rlstab.registry.store import rebuild_on_change
 if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective
     from rlstab.compiler.plan import Plan
+    from rlstab.loading.lists import Dropped
 
 # Each field's type is its family: a tagged union over the kinds registered when the schema is built.
 AnyAdvantage = FAMILIES["advantage"].annotation
@@ -42,7 +43,14 @@ AnyRollout = FAMILIES["rollout"].annotation
 
 @rebuild_on_change
 class Objective(BaseModel):
-    """A complete RL policy objective. Build it with [`rlstab.load`][rlstab.load]; run it with ``compile()``."""
+    """A complete RL policy objective. Build it with [`rlstab.load`][rlstab.load]; run it with ``compile()``.
+
+    ``dropped``: the components of a parent's list that a list of the ``extends:`` chain replaced
+    without keeping, one [`Dropped`][rlstab.loading.lists.Dropped] per such list (what ``rlstab
+    validate`` and ``rlstab explain`` print as notes); empty unless [`rlstab.load`][rlstab.load] found
+    one. Not a field: it says how the objective was written, not what it computes, so equality,
+    ``fingerprint()`` and ``to_yaml()`` leave it out.
+    """
 
     # defer_build: the schema (and so the registry's entry points) is built at the first validation, not at import.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True, defer_build=True)
@@ -85,6 +93,8 @@ class Objective(BaseModel):
     ``exact`` (default), or ``histogram``: within ``max(|x| / 128, 2**-133)`` of the exact value, one
     histogram pass and one 512 KiB all-reduce fewer per quantile, for very large steps (see
     [`rlstab.quantile`][rlstab.quantile]). Steps of at most 8,192 tokens are exact either way."""
+
+    dropped: ClassVar[tuple[Dropped, ...]] = ()  # set on an instance by rlstab.load; see the class docstring
 
     @model_validator(mode="wrap")
     @classmethod

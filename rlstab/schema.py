@@ -7,16 +7,25 @@ unexpected" for ``eps_high: wide``). Here each such field says it in JSON Schema
 object whose ``kind`` is one of the registered kinds, and ``if kind is k then`` the schema of
 ``k``. A validator then checks exactly one component's fields and names the mistake: a wrong type,
 a misspelt field, an unknown kind.
+
+Each list of components (``masks``, ...) is a list, or the mapping ``{append: [...]}`` or
+``{replace: [...]}`` of [`rlstab.loading.lists`][rlstab.loading.lists]: its ``items`` apply to an
+array, its ``properties`` (one of those keys, each the same list) to an object.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rlstab.loading.lists import FORMS, component_lists
 from rlstab.objective import Objective
 from rlstab.presets import preset_names
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+LIST_FORMS = (
+    "A list replaces the list of the objective it extends (and rlstab validate and explain name the components "
+    "it drops); {append: [...]} adds to that list; {replace: [...]} replaces it without a note."
+)
 
 
 def objective_schema() -> dict[str, Any]:
@@ -27,7 +36,24 @@ def objective_schema() -> dict[str, Any]:
         "description": f"A preset ({', '.join(preset_names())}) or a YAML file to start from.",
     }
     schema["required"] = []
+    for field in component_lists():
+        _list_forms(schema, field)
     return {"$schema": DIALECT, **schema}
+
+
+def _list_forms(schema: dict[str, Any], field: str) -> None:
+    """``field``'s list, or ``{append: list}`` or ``{replace: list}``. ``items`` stays where it was (editors and the
+    plugin kit read it): it applies to an array only, as the mapping's keywords apply to an object only."""
+    node = schema["properties"][field]
+    listed = {"type": "array", "items": {"$ref": f"#/properties/{field}/items"}}
+    node.update({
+        "description": f"{node['description']} {LIST_FORMS}",
+        "type": ["array", "object"],
+        "properties": {form: listed for form in FORMS},
+        "additionalProperties": False,
+        "minProperties": 1,
+        "maxProperties": 1,
+    })
 
 
 def kind_refs(node: dict[str, Any]) -> dict[str, str]:

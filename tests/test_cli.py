@@ -222,7 +222,9 @@ def test_explain_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "mine"
     assert "entropy_quantile" in out and "Q_0.35" in out
-    assert "s2t" not in out.replace("STAPO", "")  # the list override replaced the s2t mask
+    acting = [line.split(":")[0].strip() for line in out.splitlines() if line.strip().startswith("masks[")]
+    assert acting == ["masks[0] entropy_quantile"]  # the list override replaced the s2t mask...
+    assert f"{path}: note: masks replaces the masks of preset stapo, dropping s2t (masks[0])" in out  # ...and says so
     assert "clip(r, 0.8, 1.4)" in out
     assert "0.05" in out and "k2" in out
 
@@ -262,7 +264,7 @@ def test_schema(capsys):
     props = schema["properties"]
     assert {"masks", "surrogate", "aggregation", "advantage", "regularisers", "extends"} <= set(props)
     assert schema.get("additionalProperties") is False
-    assert props["masks"]["type"] == "array"
+    assert props["masks"]["type"] == ["array", "object"]  # a list, or {append: [...]} / {replace: [...]}
     items = props["masks"]["items"]
     mask_kinds = {"s2t", "low_probability", "entropy_quantile", "expression", "icepop", "rollout_rejection",
                   "rollout_veto", "lopti", "random_silence", "bypass_rejection", "off_policy_sequence"}
@@ -367,3 +369,53 @@ def test_an_internal_error_is_one_line_not_a_traceback(tmp_path, capsys, monkeyp
     assert out == ""
     expected = f"{path}: internal error while loading (KeyError: '\\x1b[2J'); please report it"
     assert err.splitlines() == [expected, expected]
+
+
+# ----------------------------------------------------------------------------- lists under extends
+
+
+def _note(source: Path, parent: str, dropped: str) -> str:
+    return (
+        f"{source}: note: masks replaces the masks of {parent}, dropping {dropped}; to keep it, write masks: "
+        "{append: [...]} with only the added ones; masks: {replace: [...]} replaces without this note"
+    )
+
+
+def test_validate_and_explain_name_what_a_list_under_extends_drops(tmp_path, capsys):
+    path = write(tmp_path / "eq.yaml", "extends: stapo\nmasks: [{kind: entropy_quantile}]\n")
+    note = _note(path, "preset stapo", "s2t (masks[0])")
+    assert main(["validate", str(path)]) == 0  # a note, not a failure: the file is valid
+    out, err = capsys.readouterr()
+    assert (out.splitlines(), err) == ([f"{path}: ok (objective)", note], "")
+    assert main(["validate", "--trainer", "verl", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == f"{path}: ok with veRL (objective)" and note in out.splitlines() and err == ""
+    assert main(["explain", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == note  # under the objective's first line
+
+
+def test_validate_says_nothing_of_an_append_or_a_replace_on_purpose(tmp_path, capsys):
+    kept = write(tmp_path / "kept.yaml", "extends: stapo\nmasks: {append: [{kind: entropy_quantile}]}\n")
+    quiet = write(tmp_path / "quiet.yaml", "extends: stapo\nmasks: {replace: [{kind: entropy_quantile}]}\n")
+    assert main(["validate", str(kept), str(quiet), "stapo-probability-only"]) == 0
+    out, err = capsys.readouterr()
+    assert (out.splitlines(), err) == (
+        [f"{kept}: ok (objective)", f"{quiet}: ok (objective)", "stapo-probability-only: ok (stapo-probability-only)"], "",
+    )
+    assert main(["explain", str(kept)]) == 0
+    out = capsys.readouterr().out
+    assert "masks[0] s2t:" in out and "masks[1] entropy_quantile:" in out and "note:" not in out
+
+
+def test_validate_of_a_chain_names_the_file_whose_list_dropped(tmp_path, capsys):
+    mid = write(tmp_path / "mid.yaml", "extends: stapo\nmasks: [{kind: entropy_quantile}]\n")
+    child = write(tmp_path / "child.yaml", "extends: mid.yaml\nmasks: {append: [{kind: low_probability}]}\n")
+    assert main(["validate", str(child)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{child}: ok (objective)", _note(mid, "preset stapo", "s2t (masks[0])")]
+
+
+def test_a_wrong_append_form_is_one_line_and_exit_1(tmp_path):
+    path = write(tmp_path / "bad.yaml", "extends: stapo\nmasks: {append: {kind: s2t}}\n")
+    result = run_cli("validate", str(path))
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [f"{path}: masks.append = {{'kind': 's2t'}}: must be a list of components"]

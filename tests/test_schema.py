@@ -69,3 +69,46 @@ def test_an_expression_mask_takes_exactly_one_of_silence_and_keep():
         with pytest.raises(rlstab.ConfigError):  # the loader agrees
             rlstab.load(document)
     rlstab.load(one)
+
+
+@pytest.mark.parametrize("field", ["masks", "shadow_masks", "reweighters", "regularisers", "reward_shaping"])
+def test_each_list_of_components_is_a_list_or_an_append_or_replace_mapping(field):
+    component = {"masks": {"kind": "s2t"}, "shadow_masks": {"kind": "s2t"}, "reweighters": {"kind": "tis"},
+                 "regularisers": {"kind": "kl", "coef": 0.1}, "reward_shaping": {"kind": "overlong"}}[field]
+    for value in ([component], {"append": [component]}, {"replace": [component]}, {"append": []}):
+        document = {"extends": "stapo", field: value}
+        assert VALIDATOR.is_valid(document), document
+        rlstab.load(document)  # the loader agrees
+    for value in ({}, {"append": [], "replace": []}, {"apend": [component]}, {"append": component}, 3):
+        document = {"extends": "stapo", field: value}
+        assert not VALIDATOR.is_valid(document), document
+        with pytest.raises(rlstab.ConfigError):
+            rlstab.load(document)
+
+
+@pytest.mark.parametrize(
+    "masks, path, message",
+    [
+        ({"apend": []}, ["masks"], "Additional properties are not allowed ('apend' was unexpected)"),
+        ({"append": [{"kind": "s2t", "tau_pp": 0.1}]}, ["masks", "append", 0], "Additional properties are not allowed ('tau_pp' was unexpected)"),
+        ({"replace": [{"kind": "s2t", "tau_p": 2.0}]}, ["masks", "replace", 0, "tau_p"], "2.0 is greater than or equal to the maximum of 1.0"),
+        ({"append": 3}, ["masks", "append"], "3 is not of type 'array'"),
+        ({"append": [], "replace": []}, ["masks"], "{'append': [], 'replace': []} has too many properties"),
+        ({}, ["masks"], "{} should be non-empty"),
+        (3, ["masks"], "3 is not of type 'array', 'object'"),
+    ],
+)
+def test_best_match_names_the_mistake_in_a_list_form(masks, path, message):
+    error = best({"extends": "stapo", "masks": masks})
+    assert list(error.absolute_path) == path
+    assert error.message.startswith(message), error.message
+
+
+def test_every_preset_file_as_written_validates():
+    """The files themselves, ``extends`` and list forms included (stapo-probability-only writes ``masks: {replace: ...}``)."""
+    from rlstab.loading import parse_yaml
+    from rlstab.presets import preset_path
+
+    for name in rlstab.preset_names():
+        assert not list(VALIDATOR.iter_errors(parse_yaml(preset_path(name).read_text(), name))), name
+    assert "replace" in parse_yaml(preset_path("stapo-probability-only").read_text(), "p")["masks"]

@@ -2,8 +2,10 @@
 
 ``extends: <preset or file>`` starts from another objective and deep-merges the rest over it:
 mappings merge key by key, lists and scalars replace, and a component whose ``kind`` changes is
-replaced whole (its old fields belong to another kind). ``name`` and ``description`` are not
-inherited: a derived objective is not its parent.
+replaced whole (its old fields belong to another kind). A list of components replaces too, and the
+components it drops are recorded; ``{append: [...]}`` adds to the parent's list instead (see
+[`rlstab.loading.lists`][rlstab.loading.lists]). ``name`` and ``description`` are not inherited: a
+derived objective is not its parent.
 
 The chain is followed in a loop, not by recursion, and is bounded twice: at most
 ``Limits.extends`` objectives, and at most ``Limits.bytes`` of text in all of them together.
@@ -18,6 +20,7 @@ from typing import Any
 
 from rlstab.errors import ConfigError, short
 from rlstab.loading.limits import LIMITS, Limits
+from rlstab.loading.lists import Dropped, resolve_lists
 from rlstab.loading.text import read_text
 from rlstab.loading.yaml12 import parse_yaml
 from rlstab.presets import closest_presets, preset_names, preset_path
@@ -46,7 +49,17 @@ def file_layer(path: Path, source: str, limits: Limits = LIMITS, budget: int | N
     return Layer(parse_yaml(text, source, limits), source, path.parent, _resolved(path)), size
 
 
-def resolve(first: Layer, used: int, limits: Limits = LIMITS) -> dict:
+@dataclass(frozen=True)
+class Merged:
+    """An objective's chain merged: its data, the components its files' lists dropped, and where the first
+    file's own list items start (``Lists.starts``)."""
+
+    data: dict
+    dropped: tuple[Dropped, ...]
+    starts: dict[str, tuple[str, int]]
+
+
+def resolve(first: Layer, used: int, limits: Limits = LIMITS) -> Merged:
     """``first`` with its ``extends`` chain merged under it; ``used``: bytes its own text took."""
     chain = [first]
     while True:
@@ -73,14 +86,22 @@ def resolve(first: Layer, used: int, limits: Limits = LIMITS) -> dict:
             labels = " -> ".join([c.source for c in chain] + [base.source])
             raise ConfigError(layer.source, [f"extends = {short(parent)}: circular ({labels})"])
         chain.append(base)
-    merged = chain[-1].data
-    for layer in reversed(chain[:-1]):
-        rest = {k: v for k, v in layer.data.items() if k != "extends"}
-        merged = _merge(merged, rest)
+    merged: dict = {}
+    dropped: list[Dropped] = []
+    below: Layer | None = None  # the parent of the layer being merged
+    for layer in reversed(chain):
+        rest = {k: v for k, v in layer.data.items() if k != "extends" or below is None}
+        lists, problems = resolve_lists(merged, rest, layer.source, below and below.source, limits)
+        if problems:
+            raise ConfigError(layer.source, problems)
+        rest.update(lists.values)
+        dropped += lists.dropped
+        merged = _merge(merged, rest) if below is not None else rest
         for key in ("name", "description"):  # a derived objective is not its parent
-            if key not in rest:
+            if below is not None and key not in rest:
                 merged.pop(key, None)
-    return merged
+        below = layer
+    return Merged(merged, tuple(dropped), lists.starts)
 
 
 def _locate(name: str, referrer: Layer, limits: Limits, budget: int) -> tuple[Layer, int]:

@@ -16,8 +16,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from rlstab.errors import ConfigError
-from rlstab.loading.extends import Layer, file_layer, preset_layer, resolve
+from rlstab.loading.extends import Layer, Merged, file_layer, preset_layer, resolve
 from rlstab.loading.limits import LIMITS, check_data
+from rlstab.loading.lists import file_paths
 from rlstab.loading.wording import describe_validation_error
 from rlstab.loading.yaml12 import parse_yaml
 from rlstab.objective import Objective
@@ -26,6 +27,11 @@ from rlstab.presets import closest_presets, preset_names
 
 def load_data(source: Any) -> tuple[dict, str]:
     """The resolved mapping of an objective (``extends`` applied) and a label for error messages."""
+    merged, label = _merged(source)
+    return merged.data, label
+
+
+def _merged(source: Any) -> tuple[Merged, str]:
     if isinstance(source, dict):
         check_data(source, "<dict>")
         first = Layer(copy.deepcopy(source), "<dict>", Path.cwd(), "<dict>")
@@ -58,12 +64,16 @@ def load(source: Any) -> Objective:
 
     Raises [`ConfigError`][rlstab.ConfigError] with one line per problem, each naming the source, the
     YAML path (``masks[0].tau_p``), the offending value and what is allowed; an unreadable file is a
-    ``ConfigError`` too.
+    ``ConfigError`` too. ``Objective.dropped`` lists the components that a list of the ``extends:``
+    chain replaced without keeping (see [`Dropped`][rlstab.loading.lists.Dropped]).
     """
     if isinstance(source, Objective):
         return source
-    data, label = load_data(source)
+    merged, label = _merged(source)
     try:
-        return Objective.model_validate(data)
+        objective = Objective.model_validate(merged.data)
     except ValidationError as err:
-        raise ConfigError(label, describe_validation_error(err, data, Objective)) from None
+        raise ConfigError(label, file_paths(describe_validation_error(err, merged.data, Objective), merged.starts)) from None
+    if merged.dropped:  # not a field: equality, the fingerprint and to_yaml leave it out
+        object.__setattr__(objective, "dropped", merged.dropped)
+    return objective

@@ -175,3 +175,16 @@ def test_the_limits_table_is_what_the_loader_enforces():
         assert int(re.match(r"[\d,]+", value).group().replace(",", "")) == limit, (label, value)
     assert "every preset is under 1 KB" in PAGE
     assert max(preset_path(name).stat().st_size for name in rlstab.preset_names()) < 1024
+
+
+def test_the_lists_section_shows_what_validate_and_explain_print(files, capsys):
+    """The replacing file of "Lists of components": validate's note (exit 0) and explain's line; the appending one."""
+    (replacing,) = [text for language, text in BLOCKS if language == "yaml" and "masks: [{kind: entropy_quantile" in text]
+    (appending,) = [text for language, text in BLOCKS if language == "yaml" and "  append:\n" in text]
+    (files / "stapo-eq.yaml").write_text(replacing)
+    code, out, err = validate(capsys, "stapo-eq.yaml")
+    assert (code, out, err) == (0, console("rlstab validate stapo-eq.yaml"), [])
+    assert main(["explain", "stapo-eq.yaml"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == out[1]
+    kept = rlstab.load(appending)
+    assert [m.kind for m in kept.masks] == ["s2t", "entropy_quantile"] and kept.dropped == ()
