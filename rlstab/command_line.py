@@ -26,8 +26,8 @@ TINY_ONLY = ("warmup_steps", "cache_dir")
 
 
 def installed(module: str) -> bool:
-    """Whether ``module`` can be imported: a folder of that name in the working directory (Ray leaves ``/tmp/ray``)
-    is a namespace package to ``find_spec``, not the package."""
+    """Whether ``module`` can be imported: a folder of that name in the working directory is a namespace package to
+    ``find_spec``, not the package (Ray leaves a ``ray`` session folder in the temporary folder)."""
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):

@@ -22,8 +22,8 @@ def test_a_missing_matplotlib_stops_the_command_before_it_trains(command, argume
 
 
 def test_a_folder_of_the_same_name_is_not_the_package(tmp_path, monkeypatch):
-    """A ``ray/`` folder in the working directory (Ray leaves ``/tmp/ray``) is a namespace package to ``find_spec``:
-    ``compare --ray-address`` run from ``/tmp`` took it for Ray."""
+    """A ``ray/`` folder in the working directory (Ray leaves one in the temporary folder) is a namespace package to
+    ``find_spec``: ``compare --ray-address`` run from the temporary folder took it for Ray."""
     from rlstab.command_line import installed
 
     (tmp_path / "rlstab_absent_package").mkdir()
