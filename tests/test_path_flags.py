@@ -9,7 +9,6 @@ whom permission bits do not stop): a path under a regular file (ENOTDIR everywhe
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
@@ -20,7 +19,6 @@ import rlstab.trainer.models as models
 from rlstab.cli import build_parser, main
 from rlstab.path_flags import check_paths, folder_flags, folder_problem
 
-lab_compare = importlib.import_module("rlstab.lab.compare")
 LINUX_PROC = os.path.isdir("/proc/self")
 ROOT = os.geteuid() == 0
 
