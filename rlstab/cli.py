@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 
 import rlstab
 from rlstab.errors import ConfigError, one_line
+from rlstab.flag_parser import FlagParser
 from rlstab.loading import load
 from rlstab.objective import Objective
 from rlstab.presets import preset_names
@@ -111,7 +113,7 @@ def _trainer_flag(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlstab", description="Stable RL objectives for LLMs, composed in YAML.")
+    parser = FlagParser(prog="rlstab", description="Stable RL objectives for LLMs, composed in YAML.")
     parser.add_argument("--version", action="version", version=f"rlstab {rlstab.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("presets", help="list the shipped presets, one line each").set_defaults(func=_cmd_presets)
@@ -154,16 +156,45 @@ def _one_line_warnings() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``rlstab`` command: its exit status (argparse's mistakes exit 2 by ``SystemExit``, in one line).
+
+    An output that cannot be written (a full disk, ``rlstab schema > /dev/full``, a folder made read-only
+    meanwhile) is one line and status 1, never a traceback.
+    """
     for stream in (sys.stdout, sys.stderr):  # a name or path the terminal cannot encode is escaped, not a crash
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     _one_line_warnings()
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a full disk behind stdout shows here, not at exit
+        return status
     except BrokenPipeError:  # `rlstab schema | head`
         sys.stderr.close()
         return 0
+    except OSError as err:
+        where = f": {err.filename}" if err.filename else ""
+        print(one_line(f"rlstab {args.command}: {err.strerror or err}{where}"), file=sys.stderr)
+        _discard_stdout()
+        return 1
+
+
+def _discard_stdout() -> None:
+    """If stdout cannot take what it still holds, send that to the null device: flushed at exit, it would print a
+    traceback. A stdout that works is left as it is (the failed write was another file's)."""
+    try:
+        sys.stdout.flush()
+        return
+    except OSError:
+        pass
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """What ``rlstab demo``, ``rlstab audit`` and ``rlstab compare`` share on the command line.
 
 The objectives' display labels, loading the objectives and the task with one line per problem, the
-run's ``TrainConfig`` from the flags (their numbers are checked by ``rlstab.number_flags``), and
-whether the optional plotting packages are installed, asked before any work is done: ``demo``, ``audit`` and ``compare`` draw their curves
-with matplotlib (the ``demo`` extra), and finding out after minutes of training, with a traceback
-and no summary written, wastes the run.
+run's ``TrainConfig`` from the flags (their numbers are checked by ``rlstab.number_flags``, their
+folders by ``rlstab.path_flags``), the flags that do not apply to ``--model smollm2``, and whether
+an optional package is installed (Ray for ``compare --ray-address``, OpenRLHF for its launcher),
+asked before any work is done: ``demo``, ``audit`` and ``compare`` draw their curves with
+matplotlib (the ``demo`` extra), and finding out after minutes of training, with a traceback and no
+summary written, wastes the run.
 
 Imports nothing heavy at module level: ``rlstab --help`` builds every parser.
 """
@@ -17,11 +19,39 @@ import sys
 from pathlib import Path
 
 
+MODEL_NAMES = ("tiny", "smollm2")
+"""The ``--model`` choices (``rlstab.trainer.models.MODEL_NAMES``, which imports torch)."""
+TINY_ONLY = ("warmup_steps", "cache_dir")
+"""The flags of the tiny model's warm start: SmolLM2 is pretrained, and ignores them."""
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported: a folder of that name in the working directory is a namespace package to
+    ``find_spec``, not the package (Ray leaves a ``ray`` session folder in the temporary folder)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None
+
+
 def missing_plotting(command: str) -> str | None:
     """One line saying what to install when matplotlib is missing, else None."""
     if importlib.util.find_spec("matplotlib") is not None:
         return None
     return f"{command}: its curves need matplotlib, which is not installed: pip install 'rlstab[demo]'"
+
+
+def tiny_only(args: argparse.Namespace, command: str) -> bool:
+    """False after one line per flag of :data:`TINY_ONLY` given with ``--model smollm2``, which would ignore it."""
+    if getattr(args, "model", None) != "smollm2":
+        return True
+    given = [dest for dest in TINY_ONLY if getattr(args, dest, None) is not None]
+    for dest in given:
+        flag = "--" + dest.replace("_", "-")
+        print(f"{command}: {flag} applies to --model tiny only (SmolLM2 is pretrained, without a warm start); "
+              f"leave it out", file=sys.stderr)
+    return not given
 
 
 def objective_labels(sources: list[str]) -> list[str]:
@@ -41,8 +71,9 @@ def objective_labels(sources: list[str]) -> list[str]:
     return unique
 
 
-def load_inputs(sources: list[str], task_name: str, command: str):
-    """``(compiled objectives, their labels, the task)``, or None after printing one line per bad one."""
+def load_inputs(sources: list[str], task_name: str, command: str, *, model: str | None = None):
+    """``(compiled objectives, their labels, the task)``, or None after printing one line per bad one (of them, and of
+    ``model`` when given: one of :data:`MODEL_NAMES`)."""
     from rlstab.errors import ConfigError, one_line
     from rlstab.loading import load
     from rlstab.trainer.tasks import get_task
@@ -61,6 +92,9 @@ def load_inputs(sources: list[str], task_name: str, command: str):
         task = get_task(task_name)
     except ValueError as err:
         print(one_line(f"{command}: {err}"), file=sys.stderr)
+        bad += 1
+    if model is not None and model not in MODEL_NAMES:
+        print(one_line(f"{command}: unknown model {model!r}; choose one of {', '.join(MODEL_NAMES)}"), file=sys.stderr)
         bad += 1
     return None if bad else (compiled, objective_labels(sources), task)
 

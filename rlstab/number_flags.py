@@ -5,7 +5,9 @@ of the trainer's ``TrainConfig`` (which a lab regime file sets too) or of the co
 (``--threads``, ``--workers``, ...). argparse converts each flag's text with that field (finite,
 within its range, an integer where the field is one) and keeps a text the field refuses as it was
 typed; :func:`check_numbers` then prints one line per bad flag, naming the flag, the text and what
-is allowed, before the command does any work. The range is also in the flag's ``--help``.
+is allowed, before the command does any work. The range is also in the flag's ``--help``. A
+negative number in any notation (``--lr -1e-3``, ``-inf``) reaches the check as a value:
+``rlstab.flag_parser`` tells argparse it is not a flag.
 
 Imports pydantic only: ``rlstab --help`` builds every parser.
 """

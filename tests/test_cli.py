@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -419,3 +422,50 @@ def test_a_wrong_append_form_is_one_line_and_exit_1(tmp_path):
     result = run_cli("validate", str(path))
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr.splitlines() == [f"{path}: masks.append = {{'kind': 's2t'}}: must be a list of components"]
+
+
+# ----------------------------------------------------------------------------- write errors
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full (a device that is always full)")
+@pytest.mark.parametrize("command", ["schema", "presets"])
+def test_a_full_disk_behind_stdout_is_one_line(command):
+    """``rlstab schema > /dev/full``: a traceback, then Python's "Exception ignored" at exit, before issue 38."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "rlstab", command], stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr == f"rlstab {command}: No space left on device\n"
+
+
+class FullStream(io.StringIO):
+    """A stdout whose disk is full (what /dev/full does), where there is no /dev/full."""
+
+    def write(self, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_stdout_in_process_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdout", FullStream())
+    assert main(["schema"]) == 1
+    assert capsys.readouterr().err == f"rlstab schema: {os.strerror(errno.ENOSPC)}\n"
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EACCES, errno.EROFS])
+def test_the_report_writer_failing_is_one_line(error, tmp_path, monkeypatch, capsys):
+    """The audit's report cannot be written at the end (a disk filled, a folder made read-only meanwhile)."""
+    import rlstab.trainer.models as models
+    from rlstab.demo import audit_command
+
+    where = str(tmp_path / "out" / "audit.md")
+
+    def write(report, out):
+        raise OSError(error, os.strerror(error), where)
+
+    monkeypatch.setattr(models, "load_policy", lambda *a, **k: object())
+    monkeypatch.setattr(audit_command, "audit", lambda *a, **k: {"markdown": "the table"})
+    monkeypatch.setattr(audit_command, "write", write)
+    assert main(["audit", "--out", str(tmp_path / "out"), "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"rlstab audit: {os.strerror(error)}: {where}\n"

@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from rlstab.command_line import load_inputs, missing_plotting
+from rlstab.command_line import MODEL_NAMES, load_inputs, missing_plotting, tiny_only
 from rlstab.number_flags import CommandNumbers, check_numbers, number
+from rlstab.path_flags import check_paths, folder
 
 TABLE_FILE = "audit.md"
 CHART_FILE = "audit.png"
@@ -40,7 +41,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--objective", action="append", metavar="PRESET|FILE",
                    help="a preset name or an objective YAML file; repeat to compare "
                         "(default: stapo, stapo-probability-only and stapo-high-entropy)")
-    p.add_argument("--model", default="tiny", choices=("tiny", "smollm2"),
+    p.add_argument("--model", default="tiny", choices=MODEL_NAMES,
                    help="tiny (default: the demo's character transformer, warm-started and cached) or smollm2 "
                         "(SmolLM2-135M-Instruct, an optional extra)")
     p.add_argument("--task", default="add2", help="add2 (default), add3, mul2 or add1 (direct answers, for --model smollm2)")
@@ -53,8 +54,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     number(p, "--top-k", CommandNumbers, default=8, help="most silenced tokens shown per mask")
     number(p, "--warmup-steps", TrainConfig, optional="default: per task, as rlstab demo",
            help="tiny model: supervised warm-start steps, cached")
-    p.add_argument("--out", default="runs/audit", help="output folder (default runs/audit)")
-    p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
+    folder(p, "--out", default="runs/audit", help="output folder (default runs/audit)")
+    folder(p, "--cache-dir", help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab); tiny only")
     number(p, "--threads", CommandNumbers, optional="default: 1 for tiny, where more cost more than they save; all for smollm2",
            help="torch CPU threads")
     p.add_argument("--mechanism", action="store_true",
@@ -69,14 +70,17 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     """The ``rlstab audit`` command (torch runs on ``--threads`` threads meanwhile).
 
-    Every flag, objective and the task are checked first, one line per problem, exit status 2.
+    Every flag (numbers, folders, the flags smollm2 ignores), objective and the task are checked first, one
+    line per problem, exit status 2: a bad ``--out`` is refused before the audit runs, not after.
     """
     from rlstab.demo.audit import DEFAULT_OBJECTIVES
 
     numbers_ok = check_numbers(args, "rlstab audit")
+    paths_ok = check_paths(args, "rlstab audit")
+    model_ok = tiny_only(args, "rlstab audit")
     sources = args.objective or list(DEFAULT_OBJECTIVES)
     inputs = load_inputs(sources, args.task, "rlstab audit")
-    if not numbers_ok or inputs is None or not _estimated_advantages(sources, inputs[0]):
+    if not (numbers_ok and paths_ok and model_ok) or inputs is None or not _estimated_advantages(sources, inputs[0]):
         return 2
     missing = missing_plotting("rlstab audit")
     if missing:

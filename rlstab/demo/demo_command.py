@@ -11,8 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from rlstab.command_line import load_inputs, missing_plotting, train_config
+from rlstab.command_line import load_inputs, missing_plotting, tiny_only, train_config
 from rlstab.number_flags import CommandNumbers, check_numbers, number
+from rlstab.path_flags import check_paths, folder
 
 DEFAULT_OBJECTIVES = ("grpo", "stapo")
 
@@ -50,8 +51,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     number(p, "--eval-size", TrainConfig, default=d.eval_size, help="held-out problems for accuracy")
     number(p, "--eval-every", TrainConfig, default=d.eval_every,
            help="evaluate held-out accuracy every this many steps, and at the last")
-    p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
-    p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
+    folder(p, "--out", default="runs/demo", help="output folder (default runs/demo)")
+    folder(p, "--cache-dir", help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab); tiny only")
     number(p, "--threads", CommandNumbers, default=1,
            help="torch CPU threads: at this model size a second thread mostly adds synchronisation")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
@@ -62,12 +63,15 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     """The ``rlstab demo`` command (torch runs on ``--threads`` threads meanwhile).
 
-    Every flag, objective and the task are checked first, one line per problem, exit status 2.
+    Every flag (numbers, folders, the model and the flags smollm2 ignores), objective and the task are checked
+    first, one line per problem, exit status 2; nothing is created before.
     """
     numbers_ok = check_numbers(args, "rlstab demo")
-    inputs = load_inputs(args.objective or list(DEFAULT_OBJECTIVES), args.task, "rlstab demo")
+    paths_ok = check_paths(args, "rlstab demo")
+    model_ok = tiny_only(args, "rlstab demo")
+    inputs = load_inputs(args.objective or list(DEFAULT_OBJECTIVES), args.task, "rlstab demo", model=args.model)
     config = train_config(args, "rlstab demo") if numbers_ok else None
-    if config is None or inputs is None:
+    if config is None or inputs is None or not (paths_ok and model_ok):
         return 2
     missing = missing_plotting("rlstab demo")
     if missing:
@@ -94,7 +98,6 @@ def _run(args, inputs, config) -> int:
     loss_fns, labels, task = inputs
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
 
     started = time.perf_counter()
     try:
@@ -104,6 +107,7 @@ def _run(args, inputs, config) -> int:
         print(f"rlstab demo: {err}", file=sys.stderr)
         return 2
     warm_time = time.perf_counter() - started
+    out.mkdir(parents=True, exist_ok=True)  # once there is a model to train: a refused one leaves no folder
 
     writer = report.MetricsWriter(out)
     rows, wall_times = [], {}

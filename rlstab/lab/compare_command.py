@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 
 from pydantic import BaseModel, Field
 
-from rlstab.command_line import missing_plotting
+from rlstab.command_line import installed, missing_plotting, tiny_only
 from rlstab.lab.compare import MAX_RUNS
 from rlstab.lab.regimes import regime_names
 from rlstab.number_flags import CommandNumbers, check_numbers, number
+from rlstab.path_flags import check_paths, folder
 from rlstab.trainer.config import TrainConfig
 
 MAX_SHOWN = 10
 """Problems printed before "... and N more" (a grid can have thousands of mismatched run folders)."""
+RAY_ADDRESS = re.compile(r"auto|local|ray://\S+|[^\s/]+:\d{1,5}")
+"""What ``ray.init(address=...)`` takes: ``auto``, ``local``, ``HOST:PORT`` (the cluster's GCS), ``ray://HOST:PORT``."""
 
 
 class GridNumbers(BaseModel):
@@ -55,22 +59,30 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--model", default="tiny", help="tiny (default) or smollm2 (an optional extra)")
     number(p, "--workers", CommandNumbers, optional=f"default: the cores, {os.cpu_count()}",
            help="local worker processes, one run and one torch thread each")
-    p.add_argument("--ray-address", metavar="auto|HOST:PORT", help="send each run to this Ray cluster instead (needs rlstab[ray])")
+    p.add_argument("--ray-address", metavar="auto|HOST:PORT",
+                   help="send each run to this Ray cluster instead, as a task asking for one CPU (needs rlstab[ray]; "
+                        "not with --workers)")
     number(p, "--checkpoint-every", CommandNumbers, default=10, help="steps between a run's checkpoints")
-    p.add_argument("--cache-dir", default=None, help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab)")
-    p.add_argument("--out", required=True, help="output folder (the same folder resumes a grid)")
+    folder(p, "--cache-dir", help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab); tiny only; "
+                                  "with --ray-address, a folder of the workers', not checked here")
+    folder(p, "--out", required=True, help="output folder (the same folder resumes a grid)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     p.set_defaults(func=run)
     return p
 
 
 def run(args) -> int:
-    """The ``rlstab compare`` command: every flag and input checked first, one line per problem, exit status 2."""
+    """The ``rlstab compare`` command: every flag and input checked first, one line per problem, exit status 2;
+    nothing is created before."""
     from rlstab.errors import ConfigError
     from rlstab.lab.compare import InputErrors, LabError, check_inputs, compare
 
-    if not check_numbers(args, "rlstab compare"):
-        # The numbers are bad; the objectives, regimes and pairing are still checked, so that every problem shows.
+    numbers_ok = check_numbers(args, "rlstab compare")
+    paths_ok = check_paths(args, "rlstab compare", skip=("cache_dir",) if args.ray_address else ())
+    model_ok = tiny_only(args, "rlstab compare")
+    ray_ok = _ray_flags_ok(args)
+    if not (numbers_ok and paths_ok and model_ok and ray_ok):
+        # A flag is bad; the objectives, regimes and pairing are still checked, so that every problem shows.
         try:
             _report(check_inputs(args.objective, **_inputs(args)))
         except (ConfigError, LabError, OSError) as err:
@@ -99,6 +111,27 @@ def run(args) -> int:
     runs = len(data["runs"])
     print(f"{runs} run{'' if runs == 1 else 's'}; wrote " + ", ".join(f"{out}/{name}" for name in written))
     return 0
+
+
+def _ray_flags_ok(args) -> bool:
+    """False after one line per problem of ``--ray-address``: its form, Ray not installed, ``--workers`` with it.
+
+    With Ray each run is a Ray task asking for one CPU, and the cluster decides how many run at once:
+    ``--workers`` (local processes) would be ignored.
+    """
+    address = args.ray_address
+    if address is None:
+        return True
+    problems = []
+    if not RAY_ADDRESS.fullmatch(address):
+        problems.append(f"--ray-address {shlex.quote(address)}: must be auto, local, HOST:PORT or ray://HOST:PORT")
+    if not installed("ray"):
+        problems.append("--ray-address needs Ray, which is not installed: pip install 'rlstab[ray]'")
+    if args.workers is not None:
+        problems.append(f"--workers {args.workers} and --ray-address {shlex.quote(address)}: with Ray each run is a "
+                        "task asking for one CPU and the cluster sets how many run at once; give one of the two")
+    _report([ValueError(problem) for problem in problems])
+    return not problems
 
 
 def _inputs(args) -> dict:

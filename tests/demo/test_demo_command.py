@@ -121,8 +121,10 @@ def test_warm_start_cache_is_reused(tmp_path, capsys):
     assert len(list((tmp_path / "warmstart").glob("*.pt"))) == 3
     # The command says so too.
     capsys.readouterr()
-    main(["demo", *[a for a in TOY if a != "--quiet"], "--warmup-steps", "3", "--steps", "1",
-          "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path), "--objective", "grpo"])
+    argv = [a for a in TOY if a != "--quiet"]
+    for flag, value in (("--warmup-steps", "3"), ("--steps", "1")):  # each flag once: a repeat is refused
+        argv[argv.index(flag) + 1] = value
+    main(["demo", *argv, "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path), "--objective", "grpo"])
     assert "warm start: loaded from cache" in capsys.readouterr().err
     assert path.stat().st_mtime_ns == stamp
 
@@ -162,3 +164,26 @@ def test_help_lists_the_flags():
     for flag in ("--objective", "--steps", "--seed", "--group-size", "--task", "--out", "--model", "--cache-dir",
                  "--prompts-per-step", "--warmup-steps", "--eval-size", "--eval-every"):
         assert flag in out.stdout
+
+
+def test_an_unknown_model_is_refused_before_any_folder(tmp_path, monkeypatch, capsys):
+    """Issue 38: ``rlstab demo --model gpt5`` left an empty ``runs/demo`` behind."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--model", "gpt5"]) == 2
+    assert capsys.readouterr().err == "rlstab demo: unknown model 'gpt5'; choose one of tiny, smollm2\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_that_cannot_load_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    """The output folder is created once the model is loaded: smollm2 without its extra leaves nothing behind."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "rlstab.trainer.smollm2", None)  # as if it could not be imported
+    assert main(["demo", "--model", "smollm2", "--task", "add1", "--quiet"]) == 2
+    assert "--model smollm2 needs the smollm2 extra, which is not installed" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_model_names_are_the_trainers():
+    from rlstab.command_line import MODEL_NAMES
+
+    assert MODEL_NAMES == models.MODEL_NAMES  # the command's copy: the trainer's module imports torch

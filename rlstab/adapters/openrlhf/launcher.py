@@ -33,6 +33,7 @@ from rlstab.adapters.openrlhf.config import (
     objective_to_env,
 )
 from rlstab.adapters.openrlhf.hook import SETUP_HOOK
+from rlstab.command_line import installed
 from rlstab.errors import ConfigError
 from rlstab.loading import parse_yaml
 
@@ -109,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             "disable dynamic batching, or pass --step-statistics local (statistics per micro-batch)",
             file=sys.stderr,
         )
+        raise SystemExit(2)
+    missing = [name for name in ("openrlhf", "ray") if not installed(name)]
+    if missing:  # checked after the objective, so that a bad one is answered without the extra too
+        print(f"rlstab: the OpenRLHF launcher needs {' and '.join(missing)}, not installed here: "
+              "pip install 'rlstab[openrlhf]'", file=sys.stderr)
         raise SystemExit(2)
     text = objective_to_env(objective)
     os.environ[OBJECTIVE_ENV] = text
