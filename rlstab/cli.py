@@ -52,7 +52,10 @@ def _cmd_validate(args) -> int:
 
 
 def _fits_trainer(path: str, objective: Objective, key: str) -> bool:
-    """Print what the adapter of ``key`` refuses (stderr) or needs (stdout), as its start-up check would; no trainer import."""
+    """Print what the adapter of ``key`` refuses (stderr) or needs (stdout), as its start-up check would; no trainer import.
+
+    The settings it needs come with a block of the same settings to paste into the trainer's configuration.
+    """
     from rlstab.adapters import trainers
 
     name = trainers.trainer(key).name
@@ -63,6 +66,11 @@ def _fits_trainer(path: str, objective: Objective, key: str) -> bool:
     print(one_line(f"{path}: ok with {name} ({objective.name or 'objective'})"))
     for setting in trainers.settings(objective, key):
         print(one_line(f"{path}: {name} needs {setting}"))
+    block = trainers.paste_block(objective, key)
+    if block:
+        print(one_line(f"{path}: {block[0]}"))
+        for line in block[1:]:
+            print(one_line(line))
     return True
 
 

@@ -84,4 +84,5 @@ def trainer_lines(o: Objective, trainer: str | None = None) -> list[str]:
         if settings:
             lines.append(f"{name} needs:")
             lines += [f"  {line}" for line in settings]
+            lines += trainers.paste_block(o, trainer)
     return lines

@@ -469,3 +469,84 @@ def test_the_report_writer_failing_is_one_line(error, tmp_path, monkeypatch, cap
     out, err = capsys.readouterr()
     assert out == ""
     assert err == f"rlstab audit: {os.strerror(error)}: {where}\n"
+
+
+# ----------------------------------------------------------------------------- issue 38: the trainer's aggregation
+
+VERL_TERMS = "its entropy bonus (entropy_coeff), its KL loss (use_kl_loss) and its actor/entropy metric"
+
+
+def test_validate_verl_names_the_loss_agg_mode_when_the_objective_is_not_aggregated_as_verls_default(capsys):
+    """gspo aggregates seq-mean-token-mean; veRL's default loss_agg_mode is token-mean: it used to print only 'ok'."""
+    assert main(["validate", "--trainer", "verl", "gspo", "grpo"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines() == [
+        "gspo: ok with veRL (gspo)",
+        "gspo: veRL needs actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean (aggregation (seq-mean-token-mean): "
+        f"veRL aggregates {VERL_TERMS} with loss_agg_mode, token-mean by default)",
+        "gspo: veRL overrides (Hydra command line), to paste:",
+        "    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean \\",
+        "grpo: ok with veRL (grpo)",  # token-mean: veRL's default, nothing to set
+    ]
+
+
+def test_validate_verl_pastes_loss_scale_factor_for_a_constant_norm(tmp_path, capsys):
+    """norm: 4096 is veRL's loss_scale_factor=4096 beside loss_agg_mode=seq-mean-token-sum-norm (default: null)."""
+    path = write(tmp_path / "drgrpo.yaml", """
+        extends: dr_grpo
+        name: drgrpo-4096
+        aggregation: {kind: seq-mean-token-sum-norm, count: valid, norm: 4096}
+    """)
+    assert main(["validate", "--trainer", "verl", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3:] == [
+        f"{path}: veRL overrides (Hydra command line), to paste:",
+        "    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm \\",
+        "    actor_rollout_ref.actor.loss_scale_factor=4096 \\",
+    ]
+
+
+def test_explain_verl_agrees_with_validate_on_what_to_paste(capsys):
+    assert main(["validate", "--trainer", "verl", "dppo_tv"]) == 0
+    validated = capsys.readouterr().out.splitlines()
+    assert main(["explain", "--trainer", "verl", "dppo_tv"]) == 0
+    explained = capsys.readouterr().out.splitlines()
+    needs = [line.split(" veRL needs ", 1)[1] for line in validated if " veRL needs " in line]
+    assert needs == ["actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm (aggregation "
+                     f"(seq-mean-token-sum-norm): veRL aggregates {VERL_TERMS} with loss_agg_mode, token-mean by default)"]
+    start = explained.index("veRL needs:")
+    assert explained[start + 1:] == [f"  {needs[0]}", "veRL overrides (Hydra command line), to paste:",
+                                     "    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm \\"]
+    assert validated[-2:] == ["dppo_tv: veRL overrides (Hydra command line), to paste:", explained[-1]]
+
+
+OPENRLHF_TWICE = (
+    "reweighters[0] (tis) corrects for the rollout itself, and OpenRLHF, once it records the rollout's log-probabilities, "
+    "multiplies each token's loss by its own importance-sampling coefficient too: the rollout would be corrected twice; "
+    "clip mode with threshold 1 1 makes OpenRLHF's coefficient 1"
+)
+
+
+def test_validate_openrlhf_tis_says_it_would_correct_twice_and_which_flags_make_openrlhfs_correction_1(capsys):
+    assert main(["validate", "--trainer", "openrlhf", "tis"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines() == [
+        "tis: ok with OpenRLHF (tis)",
+        "tis: OpenRLHF needs --algo.advantage.is_correction_level token|seq (reweighters[0] (tis) reads "
+        "TokenBatch.rollout_logprobs)",
+        "tis: OpenRLHF needs --algo.advantage.is_correction_mode clip --algo.advantage.is_correction_threshold 1 1 "
+        f"({OPENRLHF_TWICE})",
+        "tis: OpenRLHF flags (after python -m rlstab.adapters.openrlhf --objective ...), to paste:",
+        "    --algo.advantage.is_correction_level token \\",
+        "    --algo.advantage.is_correction_mode clip \\",
+        "    --algo.advantage.is_correction_threshold 1 1 \\",
+    ]
+    assert main(["explain", "--trainer", "openrlhf", "tis"]) == 0
+    explained = capsys.readouterr().out.splitlines()
+    assert explained[explained.index("OpenRLHF needs:") + 2] == (
+        "  --algo.advantage.is_correction_mode clip --algo.advantage.is_correction_threshold 1 1 "
+        f"({OPENRLHF_TWICE})")
+    assert explained[-4:] == ["OpenRLHF flags (after python -m rlstab.adapters.openrlhf --objective ...), to paste:",
+                              *out.splitlines()[-3:]]

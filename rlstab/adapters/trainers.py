@@ -10,9 +10,12 @@ Two kinds of answer:
 
 - **problems**: what the adapter refuses whatever the trainer's settings (a part it cannot execute,
   a ``TokenBatch`` field its loss call never carries, a regulariser the trainer adds itself);
-- **settings**: what the trainer must be told for the objective to run (a field its loss call
-  carries only with a flag; an advantage it computes itself). The adapter checks each one against
-  the trainer's own config at start-up (or warns where it cannot see it).
+- **settings**: what the trainer must be told for the objective to run as written (a field its
+  loss call carries only with a flag; an advantage it computes itself; veRL's ``loss_agg_mode``
+  for its own terms; OpenRLHF's own importance-sampling coefficient, which would correct a second
+  time). The adapter checks each one against the trainer's own config at start-up (or warns where
+  it cannot see it). Each comes with the overrides to paste into the trainer's own configuration
+  ([`paste_block`][rlstab.adapters.trainers.paste_block]).
 
 Torch-free and trainer-import-free: it reads the objective and its plan, never a compiled loss.
 """
@@ -30,10 +33,15 @@ from rlstab.adapters.trainer_parts import (
     unexecutable,
     unsupplied,
 )
+from rlstab.adapters.trainer_aggregation import VERL_ACTOR, verl_need, verl_overrides
 from rlstab.aggregation import TokenSum
 from rlstab.regularisers import AdaptiveEntropy, EntropyBonus, KLPenalty
 
-VERL_ACTOR = "actor_rollout_ref.actor"
+OPENRLHF_CORRECTION = "--algo.advantage.is_correction_level"
+OPENRLHF_NEUTRAL = ("--algo.advantage.is_correction_mode clip", "--algo.advantage.is_correction_threshold 1 1")
+"""OpenRLHF flags that make its importance-sampling coefficient 1: ``clip`` clamps the token ratio into [1, 1]."""
+CORRECTORS = ("masks[", "reweighters[", "surrogate")
+"""Labels of the parts that correct for the rollout when they read its log-probabilities (not ``lr_scale``, which measures)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,8 @@ class Trainer:
         sampler_hook, token_baseline, rollout_groups: see
             [`unexecutable`][rlstab.adapters.trainer_parts.unexecutable].
         token_sum: why ``aggregation: token-sum`` cannot run, or None where it can.
+        pastes: ``TokenBatch`` field of ``on_setting`` -> its setting as paste-ready overrides, one each.
+        paste: how the overrides are pasted: ``(where, line)``, ``line`` formatting one override.
     """
 
     key: str
@@ -65,6 +75,27 @@ class Trainer:
     token_baseline: bool = False
     rollout_groups: bool = False
     token_sum: str | None = None
+    pastes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    paste: tuple[str, str] = ("", "{}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting a trainer needs for an objective.
+
+    Attributes:
+        what: the setting as the line names it (``use_vllm=True and vllm_importance_sampling_correction=False``).
+        why: which part needs it, and why.
+        overrides: the same, paste-ready, one override each, in the trainer's own syntax; empty where
+            no single value can be given (``steps_per_generation x num_iterations = ...``).
+    """
+
+    what: str
+    why: str
+    overrides: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        return f"{self.what} ({self.why})"
 
 
 VERL = Trainer(
@@ -98,6 +129,8 @@ VERL = Trainer(
     sampler_hook=True,
     token_baseline=True,
     rollout_groups=True,
+    pastes={"entropy": (f"{VERL_ACTOR}.calculate_entropy=True",)},
+    paste=("veRL overrides (Hydra command line)", "{} \\"),
 )
 
 TRL = Trainer(
@@ -118,6 +151,8 @@ TRL = Trainer(
             "TRL computes reference log-probabilities only with beta != 0",
         ),
     },
+    pastes={"rollout_logprobs": ("use_vllm=True", "vllm_importance_sampling_correction=False")},
+    paste=("GRPOConfig arguments", "{},"),
 )
 
 OPENRLHF = Trainer(
@@ -131,8 +166,8 @@ OPENRLHF = Trainer(
         "group_ids": "OpenRLHF's PolicyLoss is not given prompt groups",
     },
     on_setting={"rollout_logprobs": (
-        "--algo.advantage.is_correction_level token|seq",
-        "OpenRLHF records vLLM's log-probabilities only with --algo.advantage.is_correction_level token|seq "
+        f"{OPENRLHF_CORRECTION} token|seq",
+        f"OpenRLHF records vLLM's log-probabilities only with {OPENRLHF_CORRECTION} token|seq "
         "(its correction then applies too)",
     )},
     adds={
@@ -145,6 +180,8 @@ OPENRLHF = Trainer(
     },
     token_sum="DeepSpeed divides every micro-batch loss by the gradient-accumulation steps, which the loss cannot see. "
     "Use token-mean or a seq-mean-* aggregation",
+    pastes={"rollout_logprobs": (f"{OPENRLHF_CORRECTION} token",)},
+    paste=("OpenRLHF flags (after python -m rlstab.adapters.openrlhf --objective ...)", "{} \\"),
 )
 
 TRAINERS: dict[str, Trainer] = {t.key: t for t in (VERL, OPENRLHF, TRL)}
@@ -189,24 +226,80 @@ def settings(objective, key: str) -> list[str]:
     The adapter checks these against the trainer's config at start-up where it sees them; an
     objective with problems has settings too, but cannot run until its problems are gone.
     """
+    return [setting.line() for setting in needed(objective, key)]
+
+
+def needed(objective, key: str) -> list[Setting]:
+    """The [`Setting`][rlstab.adapters.trainers.Setting]s behind [`settings`][rlstab.adapters.trainers.settings]."""
     t, plan, out = trainer(key), objective.plan(), []
     for field_name, (setting, _) in t.on_setting.items():
         readers = list(dict.fromkeys(plan.readers(field_name)))
         if readers:
-            out.append(f"{setting} ({', '.join(readers)} {_reads(readers)} TokenBatch.{field_name})")
+            pastes = t.pastes.get(field_name, ())
+            if t.key == "trl" and field_name == "ref_logprobs":
+                pastes = _trl_reference(objective)
+            out.append(Setting(setting, f"{', '.join(readers)} {_reads(readers)} TokenBatch.{field_name}", pastes))
+            correctors = [who for who in readers if who.startswith(CORRECTORS)]
+            if t.key == "openrlhf" and field_name == "rollout_logprobs" and correctors:
+                out.append(Setting(" ".join(OPENRLHF_NEUTRAL), openrlhf_double_correction(correctors), OPENRLHF_NEUTRAL))
     advantage = objective.advantage.kind
     if t.key == "verl":
         if advantage in TOKEN_BASELINES:
-            out.append(f"algorithm.adv_estimator={advantage} and {VERL_ACTOR}.calculate_sum_pi_squared=True "
-                       f"(veRL computes advantage ({advantage}) in its driver)")
+            pastes = (f"algorithm.adv_estimator={advantage}", f"{VERL_ACTOR}.calculate_sum_pi_squared=True")
+            out.append(Setting(" and ".join(pastes), f"veRL computes advantage ({advantage}) in its driver", pastes))
         elif advantage in ROLLOUT_GROUP_ESTIMATORS:
-            out.append(f"algorithm.adv_estimator={advantage} (veRL computes advantage ({advantage}) in its driver)")
+            paste = f"algorithm.adv_estimator={advantage}"
+            out.append(Setting(paste, f"veRL computes advantage ({advantage}) in its driver", (paste,)))
         if objective.sampler is not None:
-            out.append(f"{VERL_SAMPLER} (runs sampler ({objective.sampler.kind}); without it veRL draws the prompts as usual)")
+            out.append(Setting(VERL_SAMPLER, f"runs sampler ({objective.sampler.kind}); without it veRL draws the "
+                               "prompts as usual", tuple(VERL_SAMPLER.split())))
+        aggregation = verl_overrides(objective.aggregation)
+        if aggregation:
+            out.append(Setting(" and ".join(aggregation), verl_need(objective.aggregation), tuple(aggregation)))
     if t.key == "trl" and plan.training_batch:
-        out.append(f"steps_per_generation x num_iterations = gradient_accumulation_steps "
-                   f"({', '.join(plan.training_batch)} moves once per training batch)")
+        out.append(Setting("steps_per_generation x num_iterations = gradient_accumulation_steps",
+                           f"{', '.join(plan.training_batch)} moves once per training batch"))
     return out
+
+
+def overrides(objective, key: str) -> list[str]:
+    """Every paste-ready override of ``needed(objective, key)``, once each, in order."""
+    return list(dict.fromkeys(o for setting in needed(objective, key) for o in setting.overrides))
+
+
+def paste_block(objective, key: str) -> list[str]:
+    """The overrides as a block to paste into the trainer's configuration: a heading, then one line each; [] when none.
+
+    veRL's are Hydra command-line overrides, OpenRLHF's its command-line flags (each line ending in
+    a shell continuation), TRL's ``GRPOConfig`` keyword arguments. ``rlstab validate --trainer`` and
+    ``rlstab explain --trainer`` print this block.
+    """
+    lines = overrides(objective, key)
+    if not lines:
+        return []
+    where, line = trainer(key).paste
+    return [f"{where}, to paste:", *(f"    {line.format(o)}" for o in lines)]
+
+
+def openrlhf_double_correction(readers: list[str]) -> str:
+    """Why an objective that reads the rollout's log-probabilities needs OpenRLHF's coefficient made 1.
+
+    OpenRLHF 0.11.2 records vLLM's log-probabilities only with ``--algo.advantage.is_correction_level``
+    ``token`` or ``seq``, and its ``PolicyLoss`` then multiplies each token's loss by its own
+    coefficient (``mask``, the default: the token's ratio where it is inside [0.5, 5], 0 outside);
+    the adapter applies it as OpenRLHF does (``rlstab.adapters.openrlhf.is_correction``). Clip mode
+    clamps the token's ratio into [low, high], so threshold ``1 1`` makes the coefficient 1.
+    """
+    return (f"{', '.join(readers)} {'corrects' if len(readers) == 1 else 'correct'} for the rollout itself, and "
+            "OpenRLHF, once it records the rollout's log-probabilities, multiplies each token's loss by its own "
+            "importance-sampling coefficient too: the rollout would be corrected twice; clip mode with threshold 1 1 "
+            "makes OpenRLHF's coefficient 1")
+
+
+def _trl_reference(objective) -> tuple[str, ...]:
+    """``beta=<coef>`` of the objective's one kl regulariser coefficient, with ``use_bias_correction_kl=False``."""
+    coefs = list(dict.fromkeys(r.coef for r in objective.regularisers if isinstance(r, KLPenalty)))
+    return (f"beta={coefs[0]}", "use_bias_correction_kl=False") if len(coefs) == 1 else ()
 
 
 def _reads(readers: list[str]) -> str:

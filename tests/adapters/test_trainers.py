@@ -7,17 +7,21 @@ they agree preset by preset is tested in each adapter's environment
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import rlstab
 from rlstab.adapters import trainers
 from rlstab.adapters.placement import batch_fields, placement
+from rlstab.adapters.trainer_aggregation import verl_overrides, verl_warning
 from rlstab.cli import main
 
 VERL_ROLLOUT = (
@@ -59,6 +63,9 @@ def test_the_same_objective_passes_where_the_trainer_supplies_it_and_says_what_t
         "tis: ok with TRL (tis)",
         "tis: TRL needs use_vllm=True and vllm_importance_sampling_correction=False "
         "(reweighters[0] (tis) reads TokenBatch.rollout_logprobs)",
+        "tis: GRPOConfig arguments, to paste:",
+        "    use_vllm=True,",
+        "    vllm_importance_sampling_correction=False,",
     ]
     code, out, _ = cli(capsys, "validate", "--trainer", "OpenRLHF", "stapo", "grpo")  # any case
     assert code == 0 and out == ["stapo: ok with OpenRLHF (stapo)", "grpo: ok with OpenRLHF (grpo)"]
@@ -70,6 +77,8 @@ def test_one_bad_file_among_good_ones_fails_the_command_and_every_file_is_answer
     assert out == [
         "stapo: ok with veRL (stapo)",
         "stapo: veRL needs actor_rollout_ref.actor.calculate_entropy=True (masks[0] (s2t) reads TokenBatch.entropy)",
+        "stapo: veRL overrides (Hydra command line), to paste:",
+        "    actor_rollout_ref.actor.calculate_entropy=True \\",
         "grpo: ok with veRL (grpo)",
     ]
     assert len(err) == 1 and err[0].startswith("tis (with veRL): reweighters[0] (tis) reads")
@@ -117,10 +126,12 @@ def test_explain_with_a_trainer_lists_its_refusals_and_settings(capsys):
     assert out[-2:] == ["veRL refuses:", f"  reweighters[0] (tis) reads TokenBatch.rollout_logprobs: {VERL_ROLLOUT}"]
     code, out, _ = cli(capsys, "explain", "--trainer", "verl", "stapo")
     assert code == 0
-    assert out[-3:] == [
+    assert out[-5:] == [
         "veRL refuses nothing of it.",
         "veRL needs:",
         "  actor_rollout_ref.actor.calculate_entropy=True (masks[0] (s2t) reads TokenBatch.entropy)",
+        "veRL overrides (Hydra command line), to paste:",
+        "    actor_rollout_ref.actor.calculate_entropy=True \\",
     ]
 
 
@@ -200,3 +211,102 @@ print(json.dumps({"codes": codes, "loaded": loaded}))
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["loaded"] == []
     assert set(report["codes"]) == {0, 1}  # some presets pass, some are refused
+
+
+# ----------------------------------------------------------------------------- issue 38: what to paste, and why
+
+
+@pytest.mark.parametrize("key", list(trainers.TRAINERS))
+@pytest.mark.parametrize("name", rlstab.preset_names())
+def test_every_override_to_paste_is_in_the_trainers_own_syntax_and_comes_from_a_setting(name, key):
+    """veRL: Hydra ``key=value``; OpenRLHF: ``--flag value...``; TRL: ``GRPOConfig`` keyword = a Python literal."""
+    objective = rlstab.load(name)
+    needed = trainers.needed(objective, key)
+    assert [s.line() for s in needed] == trainers.settings(objective, key)
+    pasted = trainers.overrides(objective, key)
+    assert pasted == list(dict.fromkeys(o for s in needed for o in s.overrides))
+    block = trainers.paste_block(objective, key)
+    assert block == ([] if not pasted else [block[0], *(f"    {trainers.trainer(key).paste[1].format(o)}" for o in pasted)])
+    for override in pasted:
+        if key == "verl":
+            assert re.fullmatch(r"[a-z_][\w.]*=[^\s=]+", override), override
+        elif key == "openrlhf":
+            assert re.fullmatch(r"--[a-z_.]+( [\w.-]+)+", override), override
+        else:
+            field, _, value = override.partition("=")
+            assert field.isidentifier() and ast.literal_eval(value) is not None, override
+
+
+def test_verls_aggregation_against_its_settings():
+    """Hand cases of verl_overrides: what to set from the given loss_agg_mode / loss_scale_factor."""
+    def agg(**fields):
+        return rlstab.load({"extends": "grpo", "aggregation": {"count": "valid", **fields}}).aggregation
+
+    actor = "actor_rollout_ref.actor"
+    assert verl_overrides(agg(kind="token-mean")) == []  # veRL's default
+    assert verl_overrides(agg(kind="seq-mean-token-mean")) == [f"{actor}.loss_agg_mode=seq-mean-token-mean"]
+    assert verl_overrides(agg(kind="seq-mean-token-mean"), "seq-mean-token-mean", 37) == []  # the factor: norm only
+    assert verl_overrides(agg(kind="seq-mean-token-sum-norm")) == [f"{actor}.loss_agg_mode=seq-mean-token-sum-norm"]
+    assert verl_overrides(agg(kind="seq-mean-token-sum-norm", norm=4096), "seq-mean-token-sum-norm") == [
+        f"{actor}.loss_scale_factor=4096"]
+    assert verl_overrides(agg(kind="seq-mean-token-sum-norm"), "seq-mean-token-sum-norm", 4096) == [
+        f"{actor}.loss_scale_factor=null"]  # max_length is veRL's null
+    assert verl_overrides(SimpleNamespace(kind="a-plugins-kind")) is None  # no loss_agg_mode aggregates as it does
+    assert verl_warning(agg(kind="token-mean"), "token-mean", 4096) is None
+    assert verl_warning(SimpleNamespace(kind="a-plugins-kind"), "token-mean", None).endswith(
+        f"{actor}.loss_agg_mode=token-mean (veRL's default); no loss_agg_mode aggregates as it does")
+    assert verl_warning(agg(kind="token-sum"), "seq-mean-token-sum-norm", 8) == (
+        "the objective aggregates the policy loss with token-sum, but veRL aggregates its entropy bonus (entropy_coeff), "
+        f"its KL loss (use_kl_loss) and its actor/entropy metric with {actor}.loss_agg_mode=seq-mean-token-sum-norm "
+        f"with loss_scale_factor=8; set {actor}.loss_agg_mode=token-sum to aggregate them as the policy loss, or change "
+        "aggregation in the objective")
+
+
+CORRECTION = ["--algo.advantage.is_correction_level", "token"]
+NEUTRAL = ["--algo.advantage.is_correction_mode", "clip", "--algo.advantage.is_correction_threshold", "1", "1"]
+
+
+@pytest.mark.parametrize(("name", "argv", "warned"), [
+    ("tis", CORRECTION, True),  # OpenRLHF's default mode mask [0.5, 5] on top of tis
+    ("tis", [*CORRECTION, *NEUTRAL], False),
+    ("tis", ["--algo.advantage.is_correction_level=token", *NEUTRAL, "--actor.dual_clip", "3"], False),
+    ("tis", [*CORRECTION, "--algo.advantage.is_correction_mode", "clip"], True),  # clip into [0.5, 5] still weighs
+    ("tis", [], False),  # no correction: the launcher refuses tis instead (no rollout log-probabilities)
+    ("tis", [*CORRECTION, "--algo.advantage.is_correction_threshold", "x", "1"], False),  # OpenRLHF's parser says so
+    ("icepop", ["--algo.advantage.is_correction_level", "seq", "--algo.advantage.is_correction_threshold", "0.03"], True),
+    ("grpo", CORRECTION, False),  # corrects nothing itself: OpenRLHF's correction is the only one
+])
+def test_the_openrlhf_launcher_and_loss_warn_when_openrlhfs_coefficient_would_correct_a_second_time(name, argv, warned):
+    """One text for validate, the launcher (from OpenRLHF's arguments) and RlstabPolicyLoss (from its own)."""
+    from rlstab.adapters.openrlhf.config import correction_settings, double_correction
+
+    note = double_correction(rlstab.load(name), *correction_settings(argv))
+    assert (note is not None) == warned
+    if name == "tis" and warned and len(argv) == 2:
+        assert note == (
+            "--algo.advantage.is_correction_level token with --algo.advantage.is_correction_mode mask and "
+            "--algo.advantage.is_correction_threshold 0.5 5: " + trainers.openrlhf_double_correction(["reweighters[0] (tis)"])
+            + "; set --algo.advantage.is_correction_mode clip --algo.advantage.is_correction_threshold 1 1")
+    if name == "icepop":  # clip mode is OpenRLHF's at token level only
+        assert note.endswith("; set --algo.advantage.is_correction_level token --algo.advantage.is_correction_mode "
+                             "clip --algo.advantage.is_correction_threshold 1 1")
+
+
+def test_openrlhfs_coefficient_is_1_with_the_flags_validate_names():
+    """The adapter applies OpenRLHF's coefficient as OpenRLHF 0.11.2 does (is_correction.py): clip into [1, 1] is 1.
+
+    (OpenRLHF's own PolicyLoss gives the same loss with these flags as without any correction; tried with its 0.11.2
+    wheel, and its conformance with the adapter is tests/adapters/openrlhf/test_conformance.py.)
+    """
+    import torch
+
+    from rlstab.adapters.openrlhf.is_correction import ISCorrection
+
+    g = torch.Generator().manual_seed(0)
+    old, rollout = -torch.rand(3, 5, generator=g) * 3, -torch.rand(3, 5, generator=g) * 3
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    coefficient, _, filtered = ISCorrection("token", "clip", "ratio", 1.0, 1.0).weights(old, rollout, mask)
+    assert torch.equal(coefficient, torch.ones(3, 5))
+    assert filtered.item() == 1.0  # every ratio differs from 1: OpenRLHF's is_filter_ratio says so
+    default, _, _ = ISCorrection("token", "mask", "ratio", 0.5, 5.0).weights(old, rollout, mask)
+    assert not torch.equal(default, torch.ones(3, 5))  # OpenRLHF's default mode does weigh each token

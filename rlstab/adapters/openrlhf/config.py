@@ -75,8 +75,10 @@ def check_supported(objective: Objective, label: str = "--objective") -> None:
         raise ConfigError(label, problems)
 
 
-CORRECTION_FLAG = "--algo.advantage.is_correction_level"
+CORRECTION_FLAG = trainers.OPENRLHF_CORRECTION
 """OpenRLHF's flag with which it records vLLM's log-probabilities (``token`` or ``seq``; ``off`` records none)."""
+MODE_FLAG = "--algo.advantage.is_correction_mode"
+THRESHOLD_FLAG = "--algo.advantage.is_correction_threshold"
 
 
 def check_rollout_source(objective: Objective, is_correction_level: str, label: str) -> None:
@@ -94,15 +96,51 @@ def check_rollout_source(objective: Objective, is_correction_level: str, label: 
         ])
 
 
+def double_correction(objective: Objective, level: str, mode: str, threshold) -> str | None:
+    """The start-up warning when OpenRLHF's own importance-sampling coefficient would multiply the objective's correction.
+
+    With ``is_correction_level`` on, OpenRLHF multiplies each token's loss by its coefficient
+    (the adapter applies it as OpenRLHF does); an objective whose masks or reweighters correct for
+    the rollout themselves would then correct twice, unless the coefficient is 1 (mode ``clip``,
+    threshold ``1 1``). The text is [`trainers.openrlhf_double_correction`][rlstab.adapters.trainers.openrlhf_double_correction]'s,
+    as ``rlstab validate --trainer openrlhf`` prints it. None when nothing is corrected twice.
+    """
+    readers = dict.fromkeys(objective.plan().readers("rollout_logprobs"))
+    correctors = [who for who in readers if who.startswith(trainers.CORRECTORS)]
+    try:
+        low, high = (0.0, *map(float, threshold)) if len(threshold) == 1 else map(float, threshold)  # one: the upper bound
+    except (TypeError, ValueError):  # not OpenRLHF's two numbers: OpenRLHF's own parser says so
+        return None
+    if level == "off" or not correctors or (mode == "clip" and (low, high) == (1.0, 1.0)):
+        return None
+    fix = ([] if level == "token" else [f"{CORRECTION_FLAG} token"]) + list(trainers.OPENRLHF_NEUTRAL)  # clip: token only
+    return (f"{CORRECTION_FLAG} {level} with {MODE_FLAG} {mode} and {THRESHOLD_FLAG} {low:g} {high:g}: "
+            f"{trainers.openrlhf_double_correction(correctors)}; set {' '.join(fix)}")
+
+
 def correction_level(argv: list[str]) -> str:
     """The value of ``--algo.advantage.is_correction_level`` among OpenRLHF's arguments; OpenRLHF's default ``off``."""
-    level = "off"
+    return _flag_values(argv, CORRECTION_FLAG, ["off"])[0]
+
+
+def correction_settings(argv: list[str]) -> tuple[str, str, list[str]]:
+    """``(level, mode, threshold)`` of the correction among OpenRLHF's arguments, OpenRLHF's defaults where absent."""
+    return (correction_level(argv), _flag_values(argv, MODE_FLAG, ["mask"])[0],
+            _flag_values(argv, THRESHOLD_FLAG, ["0.5", "5.0"], several=True))
+
+
+def _flag_values(argv: list[str], flag: str, default: list[str], several: bool = False) -> list[str]:
+    """The last value(s) given to ``flag`` (``--flag v``, ``--flag=v``; with ``several``, up to the next ``--`` argument)."""
+    values = default
     for i, arg in enumerate(argv):
-        if arg == CORRECTION_FLAG and i + 1 < len(argv):
-            level = argv[i + 1]
-        elif arg.startswith(f"{CORRECTION_FLAG}="):
-            level = arg.split("=", 1)[1]
-    return level
+        if arg == flag and i + 1 < len(argv):
+            end = i + 2
+            while several and end < len(argv) and not argv[end].startswith("--"):
+                end += 1
+            values = argv[i + 1:end]
+        elif arg.startswith(f"{flag}="):
+            values = [arg.split("=", 1)[1]]
+    return values
 
 
 def objective_to_env(objective: Objective) -> str:

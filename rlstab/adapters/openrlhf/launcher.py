@@ -30,6 +30,8 @@ from rlstab.adapters.openrlhf.config import (
     build_objective,
     check_rollout_source,
     correction_level,
+    correction_settings,
+    double_correction,
     objective_to_env,
 )
 from rlstab.adapters.openrlhf.hook import SETUP_HOOK
@@ -116,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"rlstab: the OpenRLHF launcher needs {' and '.join(missing)}, not installed here: "
               "pip install 'rlstab[openrlhf]'", file=sys.stderr)
         raise SystemExit(2)
+    twice = double_correction(objective, *correction_settings(rest))
+    if twice is not None:  # a warning: OpenRLHF's correction on top may be what the user wants
+        print(f"rlstab: warning: {twice}", file=sys.stderr)
     text = objective_to_env(objective)
     os.environ[OBJECTIVE_ENV] = text
     os.environ[STEP_STATISTICS_ENV] = ours.step_statistics

@@ -28,6 +28,7 @@ from rlstab.adapters.openrlhf.config import (
     build_objective,
     check_rollout_source,
     check_step_statistics,
+    double_correction,
     objective_from_env,
     step_statistics_from_env,
 )
@@ -121,6 +122,9 @@ class RlstabPolicyLoss(PolicyLoss):
             self.step_statistics = check_step_statistics(step_statistics, "RlstabPolicyLoss(step_statistics=...)")
         low, high = is_correction_threshold
         self.is_correction = ISCorrection(is_correction_level, is_correction_mode, is_correction_gating, low, high)
+        twice = double_correction(self.objective, is_correction_level, is_correction_mode, is_correction_threshold)
+        if twice is not None:
+            _log.warning("rlstab: %s", twice)
         self.step_tracker = StepTracker()  # stateful components advance once per optimizer step
         self._last_metrics: Mapping[str, float] = {}
         ignored = openrlhf_settings_ignored(self)

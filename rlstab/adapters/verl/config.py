@@ -27,6 +27,7 @@ from verl.workers.config import PolicyLossConfig
 
 from rlstab.adapters import trainers
 from rlstab.adapters.optimizer_steps import StepTracker
+from rlstab.adapters.trainer_aggregation import verl_warning
 from rlstab.adapters.trainer_parts import TOKEN_BASELINES, VERL_SAMPLER
 from rlstab.errors import ConfigError
 from rlstab.loading import load
@@ -202,15 +203,12 @@ def check_actor(actor) -> None:
             f"veRL from the actor's sum_pi_squared; set {ACTOR_PATH}.calculate_sum_pi_squared=True and "
             f"algorithm.adv_estimator={advantage}"
         )
-    kind = objective.aggregation.kind
-    if kind != actor.loss_agg_mode and (actor.entropy_coeff != 0 or actor.use_kl_loss):
-        _log.warning(
-            "rlstab: the objective aggregates the policy loss with %s; verl's entropy bonus and KL loss use "
-            "%s.loss_agg_mode=%s",
-            kind,
-            ACTOR_PATH,
-            actor.loss_agg_mode,
-        )
+    defaults = _defaults(type(actor))
+    # veRL aggregates its own terms (entropy bonus, KL loss, actor/entropy) with loss_agg_mode, its default included.
+    note = verl_warning(objective.aggregation, actor.loss_agg_mode, getattr(actor, "loss_scale_factor", None),
+                        (defaults.get("loss_agg_mode"), defaults.get("loss_scale_factor")))
+    if note is not None:
+        _log.warning("rlstab: %s", note)
     for note in overridden_flags(actor, objective):
         _log.warning("rlstab: %s", note)
 
@@ -242,7 +240,8 @@ def overridden_flags(actor, objective: Objective) -> list[str]:
     A flag is reported when its value differs from veRL's default and, where the objective's
     surrogate has the same parameter, from the objective's value too (veRL's default
     ``clip_ratio_high=0.2`` beside a DAPO objective's ``eps_high: 0.28`` is no user's choice).
-    ``loss_agg_mode`` is reported when changed and unlike the objective's aggregation.
+    ``loss_agg_mode`` is read by veRL's own terms: [`check_actor`][rlstab.adapters.verl.config.check_actor]
+    warns about it whenever it aggregates unlike the objective, its default included.
     """
     surrogate, notes = objective.surrogate, []
     sections = [(ACTOR_PATH, actor, _ACTOR_FLAGS), (CONFIG_PATH, actor.policy_loss, _POLICY_LOSS_FLAGS)]
@@ -262,12 +261,6 @@ def overridden_flags(actor, objective: Objective) -> list[str]:
             else:
                 where = f"the objective's surrogate ({surrogate.kind}) decides the policy loss"
             notes.append(f"{path}.{flag} = {value!r} is not used under loss_mode=rlstab: {where}")
-    agg_default = _defaults(type(actor)).get("loss_agg_mode")
-    if actor.loss_agg_mode not in (agg_default, objective.aggregation.kind):
-        notes.append(
-            f"{ACTOR_PATH}.loss_agg_mode = {actor.loss_agg_mode!r} is not used for the policy loss under loss_mode=rlstab: "
-            f"the objective aggregates with {objective.aggregation.kind}; change aggregation in the objective"
-        )
     return notes
 
 

@@ -226,7 +226,30 @@ def test_gdpo_reward_components(seed, weights):
 
 @pytest.mark.parametrize("continuous", [False, True])
 @pytest.mark.parametrize("seed", SEEDS)
+def test_gdpo_with_one_reward_key_holding_the_reward(seed, continuous):
+    """As veRL's trainer runs GDPO: one key in ``algorithm.gdpo_reward_keys`` whose column is the reward is ``source: rewards``."""
+    step = random_step(seed, continuous=continuous)
+    one_key = dict(step, components=step["rewards"][:, None])  # the reward function's result under one key
+    compare(gdpo_call(one_key), GDPO(source="rewards"), {"kind": "gdpo", "source": "rewards"}, step)
+
+
+def test_gdpo_in_verls_trainer_needs_reward_keys():
+    """veRL's trainer always passes its batch to GDPO (``compute_advantage``), which then asserts the reward keys."""
+    step = random_step(0)
+    index = np.array([f"uid-{int(i)}" for i in step["groups"]], dtype=object)
+    mask = step["mask"]
+    prompt = torch.ones(mask.shape[0], 2, dtype=torch.long)
+    with pytest.raises(AssertionError, match="GDPO requires 'algorithm.gdpo_reward_keys'"):
+        core_algos.compute_gdpo_outcome_advantage(
+            token_level_rewards=verl_rewards(step), response_mask=mask.float(), index=index, config=AlgoConfig(),
+            non_tensor_batch={"score": step["rewards"].numpy()},
+            batch={"prompts": prompt, "attention_mask": torch.cat([prompt, mask.long()], -1)},
+        )
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
 def test_gdpo_on_rewards_alone(seed, continuous):
-    """Without reward keys veRL's GDPO normalises token_level_rewards as one dimension: ``source: rewards``."""
+    """Called without its trainer's batch, veRL's GDPO normalises token_level_rewards as one dimension: ``source: rewards``."""
     step = random_step(seed, continuous=continuous)
     compare(core_algos.compute_gdpo_outcome_advantage, GDPO(source="rewards"), {"kind": "gdpo", "source": "rewards"}, step)

@@ -9,6 +9,7 @@ accepted one must start once the settings the command names are made, and not be
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -108,6 +109,9 @@ def test_a_flag_at_veRLs_default_or_at_the_objectives_value_is_silent(caplog):
     assert [r.getMessage() for r in caplog.records if "is not used" in r.getMessage()] == []
 
 
+TERMS = "its entropy bonus (entropy_coeff), its KL loss (use_kl_loss) and its actor/entropy metric"
+
+
 def test_the_other_loss_modes_flags_and_loss_agg_mode_warn(caplog):
     caplog.set_level(logging.WARNING, logger="rlstab.adapters.verl.config")
     actor(*select("grpo"), f"{ACTOR}.tau_pos=2.0", f"{ACTOR}.policy_loss.clip_cov_ratio=0.01",
@@ -117,5 +121,69 @@ def test_the_other_loss_modes_flags_and_loss_agg_mode_warn(caplog):
            "(ppo_clip) decides the policy loss" in lines
     assert f"rlstab: {ACTOR}.policy_loss.clip_cov_ratio = 0.01 is not used under loss_mode=rlstab: the objective's " \
            "surrogate (ppo_clip) decides the policy loss" in lines
-    assert f"rlstab: {ACTOR}.loss_agg_mode = 'seq-mean-token-mean' is not used for the policy loss under " \
-           "loss_mode=rlstab: the objective aggregates with token-mean; change aggregation in the objective" in lines
+    assert f"rlstab: the objective aggregates the policy loss with token-mean, but veRL aggregates {TERMS} with " \
+           f"{ACTOR}.loss_agg_mode=seq-mean-token-mean; set {ACTOR}.loss_agg_mode=token-mean to aggregate them as " \
+           "the policy loss, or change aggregation in the objective" in lines
+
+
+def aggregation_warnings(caplog, *overrides: str) -> list[str]:
+    caplog.clear()
+    caplog.set_level(logging.WARNING, logger="rlstab.adapters.verl.config")
+    actor(*overrides)
+    return [r.getMessage() for r in caplog.records if "aggregates the policy loss" in r.getMessage()]
+
+
+def test_veRLs_default_loss_agg_mode_warns_when_the_objective_aggregates_otherwise(caplog):
+    """Issue 38: gspo under veRL's defaults was silent, while veRL aggregated its own terms with token-mean."""
+    assert aggregation_warnings(caplog, *select("gspo")) == [
+        f"rlstab: the objective aggregates the policy loss with seq-mean-token-mean, but veRL aggregates {TERMS} with "
+        f"{ACTOR}.loss_agg_mode=token-mean (veRL's default); set {ACTOR}.loss_agg_mode=seq-mean-token-mean to "
+        "aggregate them as the policy loss, or change aggregation in the objective"]
+    assert aggregation_warnings(caplog, *select("grpo")) == []  # token-mean, as veRL's default
+    assert aggregation_warnings(caplog, *select("gspo"), f"{ACTOR}.loss_agg_mode=seq-mean-token-mean") == []
+    assert aggregation_warnings(caplog, *select("dppo_tv"), f"{ACTOR}.loss_agg_mode=seq-mean-token-sum-norm",
+                                f"{ACTOR}.loss_scale_factor=4096") == [
+        "rlstab: the objective aggregates the policy loss with seq-mean-token-sum-norm (norm max_length), but veRL "
+        f"aggregates {TERMS} with {ACTOR}.loss_agg_mode=seq-mean-token-sum-norm with loss_scale_factor=4096; set "
+        f"{ACTOR}.loss_scale_factor=null to aggregate them as the policy loss, or change aggregation in the objective"]
+
+
+def test_rlstabs_idea_of_veRLs_aggregation_modes_is_veRLs():
+    """The torch-free description (``rlstab.adapters.trainer_aggregation``) against veRL 0.9.1's ActorConfig."""
+    from verl.workers.config import ActorConfig
+
+    from rlstab.adapters.trainer_aggregation import VERL_DEFAULT_MODE, VERL_MODES
+    from verl_batches import vanilla_config
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ActorConfig)}
+    assert (defaults["loss_agg_mode"], defaults["loss_scale_factor"]) == (VERL_DEFAULT_MODE, None)
+    for mode in VERL_MODES:
+        assert vanilla_config(loss_agg_mode=mode).loss_agg_mode == mode
+    with pytest.raises(ValueError, match="Invalid loss_agg_mode"):
+        vanilla_config(loss_agg_mode="seq-mean-token-max")
+
+
+@pytest.mark.parametrize("name", rlstab.preset_names())
+def test_what_validate_prints_to_paste_is_what_the_start_up_check_needs(capsys, caplog, name):
+    """The block `rlstab validate --trainer verl` prints, pasted as Hydra overrides: veRL starts, nothing warned."""
+    main(["validate", "--trainer", "verl", name])
+    out = capsys.readouterr().out.splitlines()
+    heading = [i for i, line in enumerate(out) if line.endswith(", to paste:")]
+    pasted = [line.strip().removesuffix(" \\") for line in out[heading[0] + 1:]] if heading else []
+    if trainers.problems(rlstab.load(name), "verl"):  # a refused objective is answered with its problems only
+        assert pasted == []
+        return
+    assert pasted == trainers.overrides(rlstab.load(name), "verl")
+    caplog.set_level(logging.WARNING, logger="rlstab.adapters.verl.config")
+    assert start_up(*select(name), *pasted) == []
+    assert [r.getMessage() for r in caplog.records if "aggregates the policy loss" in r.getMessage()] == []
+    if any("loss_agg_mode" in line for line in pasted):  # and without the block, the start-up check warns
+        assert aggregation_warnings(caplog, *select(name)) != []
+
+
+def test_the_paste_test_sees_blocks_of_several_kinds(capsys):
+    """Not vacuous: presets whose block names entropy, the aggregation, the sampler; one without a block."""
+    blocks = {name: trainers.overrides(rlstab.load(name), "verl") for name in ("stapo", "dppo_tv", "goldilocks", "grpo")}
+    assert blocks["stapo"] == [f"{ACTOR}.calculate_entropy=True"]
+    assert blocks["dppo_tv"] == [f"{ACTOR}.loss_agg_mode=seq-mean-token-sum-norm"]
+    assert "data.custom_cls.name=GoldilocksDataset" in blocks["goldilocks"] and blocks["grpo"] == []
