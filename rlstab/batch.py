@@ -6,6 +6,7 @@ components only ever see these names and shapes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -18,10 +19,49 @@ TOKEN_FIELDS = ("logprobs", "old_logprobs", "entropy", "rollout_logprobs", "ref_
 SEQUENCE_FIELDS = ("rewards", "group_ids", "grad_sq_norms", "is_branch")
 # Fields laid out per sequence with several columns, [B, K].
 SEQUENCE_MATRIX_FIELDS = ("reward_components",)
+# Log-probabilities: at most 0 on every valid token.
+LOGPROB_FIELDS = ("logprobs", "old_logprobs", "rollout_logprobs", "ref_logprobs", "proxy_logprobs")
+
+ROUNDING = 0.5
+"""How far beyond its range (log-probs above 0, an entropy below 0) a valid token's value may lie before the
+loss refuses it as the wrong tensor (``BatchError``).
+
+A log-prob computed in one precision (``log_softmax``, ``logits.gather - logsumexp``, ``-cross_entropy``, in
+float32, float16 or bfloat16) is never above 0: rounding a value at most 0 keeps it at most 0. Values above 0
+come from mixing precisions, and an entropy below 0 from the formula ``logsumexp(x) - sum(softmax(x) * x)``,
+which veRL's ``entropy_from_logits`` evaluates in the logits' dtype: both subtract two quantities of the size
+of the logits. bfloat16 keeps 8 significant bits, so each rounding of a quantity below 128 in magnitude moves
+it by at most 0.25 (half its spacing 0.5 in [64, 128)), and a difference of two by at most 0.5; LLM logits,
+even divided by a sampling temperature, stay below 128. Measured on bfloat16 logits below 128 in magnitude
+(torch 2.13, CPU): veRL's entropy formula gives entropies down to -0.5 (-0.25 for logits below 64), a float32
+target logit minus a bfloat16 log-sum-exp gives log-probs up to +0.25, and ``log_softmax`` nothing above 0.
+The wrong tensors this catches lie far beyond: logits (a sampled token's is several units), probabilities
+(some sampled token of a batch has p > 0.5), log-probs passed as entropy (some token of a batch has
+p < e^-0.5 = 0.61).
+"""
+
+VALUE_LIMITS: dict[str, tuple[float, float]] = {
+    **{name: (-math.inf, ROUNDING) for name in LOGPROB_FIELDS},
+    "entropy": (-ROUNDING, math.inf),
+}
+"""``(lowest, highest)`` value a valid token of each field may hold (fields not named: any finite value)."""
+
+VALUE_RULES = {
+    **{name: "a log-probability is at most 0" for name in LOGPROB_FIELDS},
+    "entropy": "an entropy is at least 0",
+}
+"""Why each field has its limits, for the message."""
+
+LIKELY_MISTAKES = {
+    **{name: "Logits or probabilities passed as log-probs?" for name in LOGPROB_FIELDS},
+    "entropy": "Log-probs passed as entropy?",
+}
+"""What a value beyond ``VALUE_LIMITS`` usually means, for the message."""
 
 
 class BatchError(ValueError):
-    """A batch whose tensors do not fit together (shape, dtype, device, missing field)."""
+    """A batch whose tensors do not fit together (shape, dtype, device, missing field), or hold values its
+    fields cannot hold (a log-prob above 0, a negative entropy)."""
 
 
 @dataclass
@@ -78,8 +118,15 @@ class TokenBatch:
 
     Any layout is accepted (a transposed or column-major buffer, a slice with a step, an
     ``expand``-ed view): the loss reads contiguous float32 copies where needed and the gradient
-    reaches ``logprobs`` as given. Construction checks shapes, dtypes and devices, and the values
-    of a non-bool ``response_mask`` (one host synchronisation; a bool mask costs none).
+    reaches ``logprobs`` as given. Construction checks shapes, dtypes and devices (``meta`` tensors,
+    which hold no values, are refused), and the values of a non-bool ``response_mask`` (one host
+    synchronisation; a bool mask costs none).
+
+    The values of the fields a loss reads are judged by the loss and by ``gather``, on valid tokens only
+    (padding may hold anything), with no host synchronisation of their own (``rlstab.non_finite``): a NaN or
+    an infinity raises ``FloatingPointError``; a log-prob above 0 or an entropy below 0 by more than rounding
+    (``ROUNDING``, 0.5) raises ``BatchError`` naming the field, the worst value, its index and the likely
+    mistake (logits or probabilities passed as log-probs, log-probs passed as entropy).
     """
 
     logprobs: torch.Tensor
@@ -126,6 +173,11 @@ class TokenBatch:
             raise BatchError(f"TokenBatch.logprobs must be [B, T], got shape {tuple(lp.shape)}")
         if not lp.is_floating_point():
             raise BatchError(f"TokenBatch.logprobs must be floating point, got {lp.dtype}")
+        if lp.device.type == "meta":
+            raise BatchError(
+                "TokenBatch.logprobs is on the meta device, which holds shapes but no values: build the batch "
+                "from tensors with values (on the CPU or a GPU)"
+            )
         B, T = lp.shape
         for f in fields(self):
             value = getattr(self, f.name)

@@ -19,9 +19,9 @@ The compiler, by phase (``rlstab.compiler``): the objective's [`Plan`][rlstab.co
 (labels, readers, stateful components; no torch), the inputs' checks and tokens (``inputs``), the
 step phase (``step_phase``, ``advantages``, ``states``: the one loop of the stateful components'
 step), and the loss phase (``loss_phase``: the loss; ``loss_metrics``: the metrics and how each
-combines over micro-batches; ``loss_output``: the inputs' finiteness check on the metrics' read).
-This module holds them together and handles non-finite inputs: zeroed on padding (or raised on a
-valid token) and the step redone.
+combines over micro-batches; ``loss_output``: the inputs' values checked on the metrics' read).
+This module holds them together and handles offending inputs (not finite, or beyond their field's limits:
+``rlstab.non_finite``): zeroed on padding (or raised on a valid token) and the step redone.
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ class CompiledObjective:
 
         Inputs are checked as in the loss: a NaN or infinity on a valid token (a reward on a
         response with response tokens) raises ``FloatingPointError`` naming the field, on every
-        rank; on padding it is ignored. A gather that raises leaves the components' state as it was.
+        rank, and a log-prob above 0 or an entropy below 0 beyond rounding a ``BatchError``; on
+        padding they are ignored. A gather that raises leaves the components' state as it was.
 
         An empty step: ``gather([])`` in one process returns empty statistics (zero counts, no
         thresholds, no advantage state) and the state moves as for a step without valid tokens
@@ -151,8 +152,10 @@ class CompiledObjective:
         ``torch.distributed``, ``[]`` raises ``BatchError`` before any communication: the other
         ranks would wait in collectives this rank never enters. A rank without data passes one
         empty micro-batch instead (``B = 0`` tensors), which takes part in every collective.
+
+        One ``TokenBatch`` instead of a list raises ``BatchError`` (pass ``[batch]``).
         """
-        batches = list(batches)
+        batches = _micro_batches("gather", batches)
         comm = Comm(group, distributed)
         if not batches and comm.distributed:
             raise BatchError(
@@ -160,7 +163,7 @@ class CompiledObjective:
                 "(a hang). Pass one empty micro-batch instead (TokenBatch with B = 0 tensors)"
             )
         gathered = self._step_phase.gather([self._tokens(b) for b in batches], comm, update_state, check=True)
-        if gathered.non_finite:  # some rank has a non-finite input: every rank zeroes its padding (or raises) and redoes the step
+        if gathered.offending:  # some rank has an offending input: every rank zeroes its padding (or raises) and redoes the step
             cleaned = without_bad_padding_on_every_rank(batches, self._inputs.checked_fields, comm)
             gathered = self._step_phase.gather([self._tokens(b) for b in cleaned], comm, update_state)
         self._states.commit(gathered.pending)
@@ -178,9 +181,9 @@ class CompiledObjective:
         ``gather`` until the next call reuses that step value instead of moving them again.
         Other components are untouched. Without this call every gather is its own training batch.
         """
+        batches = _micro_batches("begin_training_batch", batches)
         if not self.plan.training_batch:
             return
-        batches = list(batches)
         comm = Comm(group, distributed)
         if not batches and comm.distributed:
             raise BatchError("begin_training_batch([]) under torch.distributed: pass one empty micro-batch instead")
@@ -198,9 +201,9 @@ class CompiledObjective:
 
         On a GPU (see ``defer_checks``) the metrics stay on the device until they are read. With
         ``step``, the call then reads nothing on the host: the input checks (a non-finite value on
-        a valid token, a group id the step did not have) raise at the metrics' read instead of
-        here. Without ``step``, it reads what its own step's statistics need (``docs/gpu.md``
-        lists those reads).
+        a valid token, a log-prob above 0, a group id the step did not have) raise at the metrics'
+        read instead of here. Without ``step``, it reads what its own step's statistics need
+        (``docs/gpu.md`` lists those reads).
         """
         defer = self._defers(batch)
         if step is not None:
@@ -210,9 +213,9 @@ class CompiledObjective:
         with deferring(defer) as requirements:
             deferred = (requirements, None) if defer else None  # None: inputs checked by the own step's gather
             out, pending = self._call(batch, step, deferred)
-            if not isinstance(out, LossOutput):  # non-finite inputs: zero those on padding (or raise) and redo the step
+            if not isinstance(out, LossOutput):  # offending inputs: zero those on padding (or raise) and redo the step
                 out, pending = self._call(without_bad_padding(batch, out), step, deferred)
-                assert isinstance(out, LossOutput), "non-finite inputs remained after zeroing the padding"
+                assert isinstance(out, LossOutput), "offending inputs remained after zeroing the padding"
         self._states.commit(pending)
         return out
 
@@ -263,10 +266,9 @@ class CompiledObjective:
         nothing, as on the checked path), every check left to the metrics' read."""
         checked = self._inputs.checked_fields(batch)
 
-        def first_offence() -> Exception:  # called at the read, only when a valid token's value is not finite
+        def first_offence() -> Exception:  # called at the read, only when a valid token's value offends
             _, offences = zero_bad_padding(batch, checked)
-            name, count, where = offences[0]
-            return FloatingPointError(f"TokenBatch.{name} has {count} {where}")
+            return offences[0].error
 
         with deferring() as requirements:
             out, _ = self._call(with_padding_zeroed(batch, checked), step, (requirements, first_offence))
@@ -290,10 +292,10 @@ class CompiledObjective:
         if step is None:  # its own step: the gather's keeps are this micro-batch's
             t = self._tokens(batch)
             own_check = deferred is not None  # the inputs' check rides on the step counts' transfer
-            step, ((keeps, kept_tokens),), pending, non_finite = self._step_phase.gather(
+            step, ((keeps, kept_tokens),), pending, offending = self._step_phase.gather(
                 [t], Comm(distributed=False), check=own_check
             )
-            if non_finite:
+            if offending:
                 return self._inputs.checked_fields(batch), pending
         else:
             t = self._micro_batch_tokens(batch, step)
@@ -316,3 +318,15 @@ class CompiledObjective:
 
     def _set_micro_batch_advantages(self, t: Tokens, step: StepStats) -> None:
         set_micro_batch_advantages(self.objective, t, step)
+
+
+def _micro_batches(method: str, batches: Iterable[TokenBatch]) -> list[TokenBatch]:
+    """``batches`` as a list; ``BatchError`` for one ``TokenBatch`` (not iterable) or anything else not iterable."""
+    if isinstance(batches, TokenBatch):
+        raise BatchError(f"{method} takes a list of the step's micro-batches, got one TokenBatch: pass [batch]")
+    try:
+        return list(batches)
+    except TypeError:
+        raise BatchError(
+            f"{method} takes a list of the step's micro-batches (TokenBatch), got {type(batches).__name__}"
+        ) from None

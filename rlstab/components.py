@@ -5,6 +5,15 @@
 ``frozen`` makes a compiled objective immune to later edits of its config. A NaN is refused in
 every field (no comparison with it means anything); ``.inf`` passes only where a field's bounds
 admit it, as a cap that never binds.
+
+A field takes Python numbers (``int``, ``float``, and their subclasses such as ``numpy.float64``),
+as YAML gives them. A tensor, a numpy array or numpy scalar of another type, or any other object
+that merely converts to a number is refused (``python_numbers``), in every component (plugins'
+included) and in their states, even where its conversion would be exact: a float32
+``torch.tensor(0.3)`` converts to 0.30000001192092896, not the 0.3 that was written, and one rule
+for every dtype is easier to trust than a rule that depends on the dtype (a float64 tensor would
+convert exactly, a float32 or bfloat16 one would not). A CUDA tensor would also need a host
+synchronisation to read.
 """
 
 from __future__ import annotations
@@ -29,6 +38,11 @@ class Component(BaseModel):
 
     reads: ClassVar[frozenset[str]] = frozenset()
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _python_numbers(cls, value: Any) -> Any:
+        return python_numbers(value)
+
     @field_validator("*", mode="after")
     @classmethod
     def _not_nan(cls, value: Any) -> Any:
@@ -51,6 +65,31 @@ class ComponentState(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _python_numbers(cls, value: Any) -> Any:
+        return python_numbers(value)
+
+
+def python_numbers(value: Any) -> Any:
+    """``value`` itself when it holds no object that merely converts to a number (a tensor, a numpy array,
+    a numpy scalar that is not a Python ``int`` or ``float``, a ``Decimal``), within lists and tuples too;
+    ``ValueError`` naming its type otherwise. A field validator (``mode="before"``) of every component."""
+    if isinstance(value, (bool, int, float, str, bytes, BaseModel)) or value is None:
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            python_numbers(item)
+        return value
+    if any(hasattr(value, name) for name in ("__float__", "__index__", "__array__")):
+        kind = type(value)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__qualname__}"
+        raise ValueError(
+            f"a {name} is not accepted: pass a Python number, e.g. x.item() or float(x) (a float32 tensor holds 0.3 "
+            "as 0.30000001192092896)"
+        )
+    return value
 
 
 def configured(info) -> Any:

@@ -13,7 +13,7 @@ CPU, a step's gather, code outside a loss) ``require`` checks at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import NamedTuple
@@ -23,10 +23,27 @@ from rlstab.lazy import torch
 
 class AllFinite(NamedTuple):
     """A condition judged on the host where it is read: every one of ``values`` (0-d tensors) is finite in
-    float32. As a requirement's ``holds`` it costs no operation on the device: the values travel with the
-    metrics, and the host looks at them."""
+    float32, and within its ``(low, high)`` of ``limits`` when they are given (one pair per value). As a
+    requirement's ``holds`` it costs no operation on the device: the values travel with the metrics, and the
+    host looks at them."""
 
     values: tuple
+    limits: tuple = ()
+    NO_LIMITS = (-math.inf, math.inf)
+
+    def judge(self, read: Sequence[float]) -> bool:
+        """Whether the condition holds, given ``values`` as read on the host (floats, in order)."""
+        limits = self.limits or [self.NO_LIMITS] * len(read)
+        return all(math.isfinite(x) and low <= x <= high for x, (low, high) in zip(read, limits))
+
+    def on_device(self) -> torch.Tensor:
+        """The condition as a 0-d bool tensor (no host synchronisation)."""
+        values = torch.stack([v.to(torch.float32) for v in self.values])
+        holds = torch.isfinite(values).all()
+        for value, (low, high) in zip(values, self.limits):
+            if (low, high) != self.NO_LIMITS:
+                holds = holds & (value >= low) & (value <= high)
+        return holds
 
 
 Requirement = tuple["torch.Tensor | AllFinite", Callable[[], Exception]]
@@ -37,7 +54,7 @@ when it is False."""
 def holds_now(holds: torch.Tensor | AllFinite) -> bool:
     """A requirement's condition, read now (a host synchronisation on a GPU)."""
     if isinstance(holds, AllFinite):
-        return all(math.isfinite(float(v.to(torch.float32))) for v in holds.values)
+        return holds.judge([float(v.to(torch.float32)) for v in holds.values])
     return bool(holds)
 
 

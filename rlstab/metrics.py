@@ -140,7 +140,7 @@ class Metrics(Mapping):
         numbers = iter(array("f", [float(v) for v in values if not isinstance(v, (torch.Tensor, Element))]).tolist())
         host = [device_value(v) if isinstance(v, (torch.Tensor, Element)) else next(numbers) for v in values]
         checks = [
-            all(math.isfinite(device_value(v)) for v in holds.values)  # judged here, on the values read
+            holds.judge([device_value(v) for v in holds.values])  # judged here, on the values read
             if isinstance(holds, AllFinite) else device_value(holds)
             for holds, _ in requirements
         ]

@@ -12,11 +12,12 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from rlstab.advantages import GRPO
 from rlstab.clipping import PPOClip
+from rlstab.components import python_numbers
 from rlstab.compiler.plan import match_problems
 from rlstab.registry.families import FAMILIES, with_instance_problems
 from rlstab.registry.store import rebuild_on_change
@@ -110,6 +111,11 @@ class Objective(BaseModel):
                 for loc, message, value in problems
             ])
         return objective
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _python_numbers(cls, value: Any) -> Any:  # a tensor for log_ratio_clamp: refused, as in every component
+        return python_numbers(value)
 
     def compile(self) -> CompiledObjective:
         """The loss callable: ``loss_fn(batch) -> LossOutput``; see [`CompiledObjective`][rlstab.CompiledObjective]."""

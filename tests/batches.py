@@ -20,6 +20,9 @@ def random_batch(
 ) -> rlstab.TokenBatch:
     """A batch with padding, a tail of low-probability tokens (so S2T fires), entropy, rollout log-probs and rewards.
 
+    Every log-probability is at most 0 (a loss refuses one above 0 on a valid token): a draw above 0 is
+    reflected (``-|x|``), which keeps it as near to the values it was drawn around.
+
     ``advantages``: None (estimated from rewards and group_ids), "sequence" ([B]) or "token" ([B, T]).
     ``rewards``: whether the batch carries rewards and group ids; None: only when it has no advantages
     (advantages take precedence, and a compiled objective warns about rewards nothing reads).
@@ -32,21 +35,21 @@ def random_batch(
     mask = torch.arange(T) < lengths[:, None]
     fields = dict(
         logprobs=logprobs.to(dtype).requires_grad_(),
-        old_logprobs=(logprobs + 0.3 * torch.randn(B, T, generator=g)).to(dtype),
+        old_logprobs=(logprobs + 0.3 * torch.randn(B, T, generator=g)).abs().neg().to(dtype),
         response_mask=mask,
         entropy=(torch.rand(B, T, generator=g) * 2.0).to(dtype).requires_grad_(),  # with grad: an entropy bonus needs it
-        ref_logprobs=(logprobs + 0.1 * torch.randn(B, T, generator=g)).to(dtype),
+        ref_logprobs=(logprobs + 0.1 * torch.randn(B, T, generator=g)).abs().neg().to(dtype),
         rewards=torch.randint(0, 2, (B,), generator=g).float(),
         group_ids=torch.randperm(B, generator=g) % groups,
     )
     # The inference engine's log-probs: near the trainer's old ones. Own stream, so the other fields keep their values.
     noise = torch.Generator().manual_seed(10_000 + seed)
-    fields["rollout_logprobs"] = (fields["old_logprobs"].float() + 0.05 * torch.randn(B, T, generator=noise)).to(dtype)
+    fields["rollout_logprobs"] = (fields["old_logprobs"].float() + 0.05 * torch.randn(B, T, generator=noise)).abs().neg().to(dtype)
     # Per-response fields some components read: VCPO's gradient norms, DEEP-GRPO's branch rows (whole groups).
     fields["grad_sq_norms"] = torch.rand(B, generator=noise) * 10.0 + 0.1
     fields["is_branch"] = fields["group_ids"] >= (groups + 1) // 2
-    # Lp-Reg's min-p proxy of the old policy, 0.3 above its log-probabilities (drawn from no stream).
-    fields["proxy_logprobs"] = (fields["old_logprobs"].float() + 0.3).to(dtype)
+    # Lp-Reg's min-p proxy of the old policy, 0.3 above its log-probabilities, at most 0 (drawn from no stream).
+    fields["proxy_logprobs"] = (fields["old_logprobs"].float() + 0.3).clamp(max=0.0).to(dtype)
     if advantages == "sequence":
         fields["advantages"] = torch.randn(B, generator=g).to(dtype)
     elif advantages == "token":
@@ -100,7 +103,7 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
     group filter when the batch carries advantages (each response its own group, so nothing is
     dropped and the loss is the filter-free one), branch marks for ``dual_stream`` (every other row),
     each response's gradient norm for ``opob``, Lp-Reg's proxy log-probabilities (0.3 above the old
-    ones). Rows appended later (padding) leave these values of
+    ones, at most 0). Rows appended later (padding) leave these values of
     the first rows unchanged.
     """
     fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)} if isinstance(batch, rlstab.TokenBatch) else dict(batch)
@@ -114,5 +117,5 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
         fields["grad_sq_norms"] = 1.0 + (rows % 3).float()
     if objective.plan().readers("proxy_logprobs") and fields.get("proxy_logprobs") is None:  # Lp-Reg's min-p proxy
         old = fields.get("old_logprobs")
-        fields["proxy_logprobs"] = (fields["logprobs"] if old is None else old).detach() + 0.3
+        fields["proxy_logprobs"] = ((fields["logprobs"] if old is None else old).detach() + 0.3).clamp(max=0.0)
     return rlstab.TokenBatch(**fields) if isinstance(batch, rlstab.TokenBatch) else fields

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -291,6 +292,167 @@ def test_inputs_are_not_modified_by_padding_cleanup():
     before = lp.clone()
     rlstab.load("stapo").compile()(TokenBatch(**fields(logprobs=lp)))
     assert torch.equal(torch.isnan(lp), torch.isnan(before))
+
+
+# ----------------------------------------------------------------------------- values a field cannot hold
+
+# A preset (or objective) that reads each log-prob field; mask(): row 0 valid at 0..2, row 1 at 0..4, row 2 at 0.
+READER = {
+    "logprobs": "stapo", "old_logprobs": "stapo", "rollout_logprobs": "tis", "proxy_logprobs": "lp_reg",
+    "ref_logprobs": {"extends": "grpo", "regularisers": [{"kind": "kl", "coef": 0.01}]},
+}
+# The ways a loss runs: checked on the host (a call that is its own step; gather then a frozen step), and the
+# GPU's deferring path on CPU tensors (defer_checks: raised at the metrics' read).
+PATHS = ["single", "gather", "deferred single", "deferred frozen step"]
+
+
+def run_path(objective, batch: TokenBatch, path: str) -> dict:
+    """The metrics of ``batch``'s loss on ``path`` (read: a deferred check raises here)."""
+    fn = rlstab.load(objective).compile()
+    fn.defer_checks = path.startswith("deferred")
+    if path.endswith("single"):
+        return dict(fn(batch).metrics)
+    stats = (fn if path == "gather" else rlstab.load(objective).compile()).gather([batch])
+    return dict(fn(batch, step=stats).metrics)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", sorted(READER))
+def test_log_prob_above_zero_on_a_valid_token_names_the_field_the_worst_value_and_the_mistake(name, path):
+    objective = READER[name]
+    lp = fields()[name if name in fields() else "old_logprobs"].clone()  # ref and proxy log-probs: the old ones
+    lp[0, 1] = 0.9  # a probability
+    lp[1, 3] = 2.5  # a logit: the worst
+    lp[2, 0] = 0.25  # within rounding (0.5): not counted
+    lp[0, 4] = 40.0  # padding: ignored
+    with pytest.raises(BatchError) as info:
+        run_path(objective, TokenBatch(**with_trainer_fields(rlstab.load(objective), fields(**{name: lp}))), path)
+    assert str(info.value) == (
+        f"TokenBatch.{name} has 2 value(s) on valid tokens above 0.5, the largest 2.5 at index [1, 3]: a "
+        "log-probability is at most 0 (0.5 allows for rounding). Logits or probabilities passed as log-probs?"
+    )
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_negative_entropy_on_a_valid_token_names_the_worst_value_and_the_mistake(path):
+    ent = fields()["entropy"].clone()
+    ent[2, 0] = -1.25  # a log-prob: the worst
+    ent[1, 1] = -0.75
+    ent[1, 2] = -0.5  # at the limit (0.5 for rounding): accepted
+    ent[0, 3] = -7.0  # padding: ignored
+    with pytest.raises(BatchError) as info:
+        run_path("stapo", TokenBatch(**fields(entropy=ent)), path)
+    assert str(info.value) == (
+        "TokenBatch.entropy has 2 value(s) on valid tokens below -0.5, the smallest -1.25 at index [2, 0]: an "
+        "entropy is at least 0 (0.5 allows for rounding). Log-probs passed as entropy?"
+    )
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("preset", ["stapo", "tis", "lp_reg"])
+def test_log_probs_above_zero_and_negative_entropy_only_on_padding_change_nothing(preset, path):
+    m = mask()
+    clean = with_trainer_fields(rlstab.load(preset), fields())
+    dirty = dict(clean)
+    for name in ("logprobs", "old_logprobs", "rollout_logprobs", "proxy_logprobs"):
+        if dirty.get(name) is not None:
+            dirty[name] = torch.where(m, dirty[name], 17.0)  # logits on padding
+    dirty["entropy"] = torch.where(m, dirty["entropy"], -3.0)
+    assert run_path(preset, TokenBatch(**dirty), path) == run_path(preset, TokenBatch(**clean), path)
+
+
+def test_values_within_rounding_of_their_limits_are_accepted():
+    # At the limits exactly: log-probs 0.5, entropy -0.5 on valid tokens.
+    lp, ent = fields()["logprobs"].clone(), fields()["entropy"].clone()
+    lp[1, 4], ent[0, 0] = 0.5, -0.5
+    for path in PATHS:
+        assert math.isfinite(run_path("stapo", TokenBatch(**fields(logprobs=lp, entropy=ent)), path)["loss"])
+
+
+def test_bfloat16_rounding_of_real_log_probs_and_entropies_is_accepted():
+    # veRL's entropy_from_logits, logsumexp(x) - sum(softmax(x) * x), on bfloat16 logits [122, 124.5] (spacing 0.5 in
+    # [64, 128)): softmax 0.0757, 0.9258; the products 9.2334 -> 9.25 and 115.2598 -> 115.5, whose sum 124.75 rounds
+    # (to even) to 125; logsumexp 124.5789 -> 124.5. Entropy 124.5 - 125 = -0.5 where the exact one is 0.2685.
+    x = torch.tensor([[122.0, 124.5]], dtype=torch.bfloat16)
+    entropy = (torch.logsumexp(x, -1) - (torch.softmax(x, -1) * x).sum(-1)).float()
+    assert entropy.item() == -0.5
+    # A float32 target logit 124.7 (124.5 in bfloat16) minus that bfloat16 log-sum-exp: log-prob 124.7 - 124.5 = +0.2.
+    mixed = torch.tensor(124.7) - torch.logsumexp(x, -1).float()
+    assert mixed.item() == pytest.approx(0.2, abs=1e-5)
+    ent, lp = fields()["entropy"].clone(), fields()["logprobs"].clone()
+    ent[1, 2], lp[1, 3] = entropy, mixed
+    lp[0, 0] = torch.log_softmax(x, -1)[0, 1].float()  # -0.0825: log_softmax in bfloat16 is never above 0
+    for path in PATHS:
+        assert math.isfinite(run_path("stapo", TokenBatch(**fields(logprobs=lp, entropy=ent)), path)["loss"])
+
+
+def test_a_deferred_frozen_step_judges_the_values_without_a_host_read():
+    # The GPU's path (on CPU tensors): the check rides on the metrics' one transfer (the extremes the finiteness
+    # check reads already), so the call reads nothing; the error comes at the read.
+    from rlstab.testing.syncs import host_syncs
+
+    fn = rlstab.load("grpo").compile()
+    fn.defer_checks = True
+    stats = fn.gather([TokenBatch(**fields())])
+    lp = fields()["logprobs"].clone()
+    lp[1, 1] = 3.0
+    batch = TokenBatch(**fields(logprobs=lp))
+    with host_syncs() as syncs:
+        out = fn(batch, step=stats)
+    assert syncs == []
+    with pytest.raises(BatchError, match=r"TokenBatch\.logprobs has 1 value\(s\) on valid tokens above 0\.5, the largest 3 "):
+        dict(out.metrics)
+
+
+def test_gather_raises_on_every_rank_for_a_log_prob_above_zero_on_another():
+    from rlstab.comm import Comm
+    from rlstab.non_finite import without_bad_padding_on_every_rank
+
+    class Rank(Comm):
+        """One process standing for a rank of two: its sum adds what the other rank sent."""
+
+        def __init__(self, other=None):
+            super().__init__(distributed=False)
+            self.other, self.sent = other, None
+
+        def sum(self, t):
+            self.sent = t
+            return t if self.other is None else t + self.other.sent
+
+    lp = fields()["logprobs"].clone()
+    lp[0, 2], lp[1, 0] = 1.0, 4.0
+    offending, clean = TokenBatch(**fields(logprobs=lp)), TokenBatch(**fields())
+    checked = lambda batch: ["logprobs", "old_logprobs", "advantages"]  # noqa: E731
+    one = Rank()
+    with pytest.raises(BatchError, match=r"the largest 4 at index \[1, 0\]"):
+        without_bad_padding_on_every_rank([offending], checked, one)
+    with pytest.raises(BatchError) as info:
+        without_bad_padding_on_every_rank([clean], checked, Rank(other=one))
+    assert str(info.value) == (
+        "TokenBatch.logprobs has 2 value(s) on valid tokens above 0.5, on another rank: a log-probability is at most "
+        "0 (0.5 allows for rounding). Logits or probabilities passed as log-probs?"
+    )
+
+
+def test_a_batch_on_the_meta_device_is_refused_in_one_line():
+    meta = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in fields().items()}
+    with pytest.raises(BatchError) as info:
+        TokenBatch(**meta)
+    assert str(info.value) == (
+        "TokenBatch.logprobs is on the meta device, which holds shapes but no values: build the batch from tensors "
+        "with values (on the CPU or a GPU)"
+    )
+
+
+@pytest.mark.parametrize("method", ["gather", "begin_training_batch"])
+def test_one_batch_where_a_list_is_expected_says_to_pass_a_list(method):
+    fn = rlstab.load("stare").compile()  # STARE moves once per training batch: begin_training_batch reads its batches
+    with pytest.raises(BatchError) as info:
+        getattr(fn, method)(TokenBatch(**fields()))
+    assert str(info.value) == f"{method} takes a list of the step's micro-batches, got one TokenBatch: pass [batch]"
+    with pytest.raises(BatchError, match=f"^{method} takes a list of the step's micro-batches \\(TokenBatch\\), got int$"):
+        getattr(fn, method)(3)
+    getattr(fn, method)([TokenBatch(**fields())])  # a list is fine
 
 
 # ----------------------------------------------------------------------------- fields an objective needs

@@ -156,13 +156,14 @@ def test_positions_must_match_tokens():
 
 
 def test_rows_feed_the_rollout_corrections():
-    # Trainer log-probs: the sampler's + log 2 on every token: TIS token weights min(2, 2) = 2 everywhere.
+    # Trainer log-probs: the sampler's - log 2 on every token (at most 0, as log-probs are): TIS token weights
+    # min(1/2, 2) = 1/2 everywhere.
     values, mask = rollout_logprobs(request_outputs(False))
-    old = values + math.log(2.0)
+    old = values - math.log(2.0)
     b = rlstab.TokenBatch(logprobs=old.clone(), old_logprobs=old, rollout_logprobs=values, response_mask=mask,
                           advantages=torch.ones(4))
     out = rlstab.load("tis").compile()(b)
-    assert out.metrics["reweight/tis/mean"] == pytest.approx(2.0)
+    assert out.metrics["reweight/tis/mean"] == pytest.approx(0.5)
 
 
 def test_which_classes_ran():

@@ -10,7 +10,8 @@ mask's order statistic after the mask it matches, see ``counted``), and the deno
     sequences_valid = #{rows with a valid token},  sequences_kept = #{rows with a kept token},
 
 summed over micro-batches and ranks in one reduction that also carries the inputs' check (how
-many checked fields hold a non-finite value) and the deferred checks: one host read per gather.
+many checked fields hold a value that is not finite or beyond its field's limits) and the deferred checks:
+one host read per gather.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from rlstab.compiler.states import ComponentStates, Pending
 from rlstab.compiler.step_stats import StepStats
 from rlstab.deferred import AllFinite, deferring
 from rlstab.lazy import torch
-from rlstab.non_finite import non_finite_flag
+from rlstab.non_finite import offending_flag
 from rlstab.quantile import Population
 from rlstab.step import fit_step_level
 from rlstab.tokens import Tokens
@@ -43,8 +44,9 @@ class Gathered(NamedTuple):
     """Each micro-batch's per-mask keeps and kept tokens (reused by a micro-batch that is its own step)."""
     pending: Pending
     """The components' state updates, to commit once the step succeeded."""
-    non_finite: bool
-    """(with ``check``) whether a checked input of some micro-batch on some rank is not finite."""
+    offending: bool
+    """(with ``check``) whether a checked input of some micro-batch on some rank holds a value that is not finite
+    or beyond its field's limits (``rlstab.non_finite``; padding included, which the caller then zeroes)."""
 
 
 class StepPhase:
@@ -111,10 +113,10 @@ class StepPhase:
         return found if several else found[0]
 
     def _totals(self, tokens: list[Tokens], masked: list, comm: Comm, check: bool) -> torch.Tensor:
-        """float64 ``[valid tokens, kept tokens, valid rows, kept rows, non-finite inputs]`` (then the branch
+        """float64 ``[valid tokens, kept tokens, valid rows, kept rows, offending inputs]`` (then the branch
         stream's four with ``dual_stream``), summed over ranks; under ``torch.distributed`` the longest
-        response over ranks after them. Non-finite inputs: the micro-batches with a checked input that is not
-        finite (with ``check``; 0 without).
+        response over ranks after them. Offending inputs: the micro-batches with a checked input that is not
+        finite or beyond its field's limits (with ``check``; 0 without).
 
         Each micro-batch's counts are one float64 sum of its rows' counts (integers: the same numbers
         whatever the order they are added in)."""
@@ -130,7 +132,7 @@ class StepPhase:
                 rows += [r * branch for r in rows]
             sums = torch.stack(rows).sum(-1, dtype=torch.float64)
             if check:
-                flag = non_finite_flag(t.batch, self.inputs.checked_fields(t.batch))
+                flag = offending_flag(t.batch, self.inputs.checked_fields(t.batch))
             else:
                 flag = torch.zeros(1, dtype=torch.bool, device=device)
             sums = torch.cat([sums[:4], flag, sums[4:]] if dual else [sums, flag])
@@ -146,6 +148,4 @@ class StepPhase:
 
 def _on_device(holds: torch.Tensor | AllFinite) -> torch.Tensor:
     """A requirement's condition as a 0-d bool tensor."""
-    if isinstance(holds, AllFinite):
-        return torch.isfinite(torch.stack([v.to(torch.float32) for v in holds.values])).all()
-    return holds
+    return holds.on_device() if isinstance(holds, AllFinite) else holds

@@ -118,15 +118,15 @@ def _run(args, inputs, config) -> int:
             bar = None if args.quiet else report.ProgressBar(label, config.steps)
             rows.append(run.start())
             writer.write(rows[-1])
-            accuracy = rows[-1]["accuracy"]
+            accuracy, silenced = rows[-1]["accuracy"], 0.0
             while not run.done:
                 row = run.step().row
                 writer.write(row)
                 rows.append(row)
                 accuracy = row["accuracy"] if row["accuracy"] is not None else accuracy
+                silenced += row["silenced"]
                 if bar is not None:
-                    bar.update(row["step"], f"reward {row['reward']:.2f}  held-out acc {accuracy:.2f}  "
-                                            f"entropy {row['entropy']:.3f}  silenced {int(row['silenced'])}")
+                    bar.update(row["step"], report.progress_text(row, accuracy, silenced))
             wall_times[label] = time.perf_counter() - run_started
     finally:
         writer.close()

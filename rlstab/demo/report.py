@@ -68,6 +68,15 @@ class ProgressBar:
         self.stream.flush()
 
 
+def progress_text(row: dict, accuracy: float, silenced_so_far: float) -> str:
+    """The progress bar's text after a step: its reward, the latest held-out ``accuracy``, its entropy, and
+    the valid tokens the masks silenced over the run so far (at the last step, the summary's total), with
+    this step's count after it: a mask that silences a few tokens in some steps (STAPO) shows them even
+    where the bar prints only every tenth step."""
+    return (f"reward {row['reward']:.2f}  held-out acc {accuracy:.2f}  entropy {row['entropy']:.3f}  "
+            f"silenced {int(silenced_so_far)} so far ({int(row['silenced'])} this step)")
+
+
 def _series(rows: Sequence[dict], field: str) -> tuple[list[int], list[float]]:
     points = [(r["step"], r[field]) for r in rows if r.get(field) is not None]
     return [p[0] for p in points], [p[1] for p in points]

@@ -15,13 +15,15 @@ What the values are made to exercise:
   mean entropy, see both sides of a target near 1), with gradient, as an entropy bonus needs it
   (components that only read it see it detached): the checks compare gradients with respect to
   ``logprobs`` and ``entropy``;
+- every log-probability at most 0: a draw above 0 is reflected (``-|x|``), which keeps it as near
+  to the values it was drawn around (a loss refuses a log-prob above 0 on a valid token);
 - ``rollout_logprobs`` within 0.05 of ``old_logprobs`` but 10% of tokens up to 4 nats away
   (IcePop, rejection and veto masks fire);
 - four prompt groups, binary rewards, group 0 all rewarded (a group dynamic sampling drops);
 - ``is_branch`` on whole groups (2 and 3), positive gradient norms;
 - three reward dimensions (``reward_components``) on different scales, each of three levels;
 - ``sum_pi_squared`` between its bounds given the old policy's probability of the sampled token;
-- ``proxy_logprobs`` (Lp-Reg's min-p proxy) at or above the old log-prob, 10% filtered out (-1e4);
+- ``proxy_logprobs`` (Lp-Reg's min-p proxy) at or above the old log-prob and at most 0, 10% filtered out (-1e4);
 - padding positions hold finite random values, not zeros: a component that reads padding sees
   values that differ from the ones the padding check puts there.
 """
@@ -84,9 +86,9 @@ def make_batch(
     if B > PADDING_ROW:
         lengths[PADDING_ROW] = 0
     mask = torch.arange(T) < lengths[:, None]
-    old = logprobs + 0.3 * torch.randn(B, T, generator=g)
+    old = (logprobs + 0.3 * torch.randn(B, T, generator=g)).abs().neg()  # reflected at 0: a log-prob is at most 0
     far = torch.rand(B, T, generator=g) < 0.1
-    rollout = old + 0.05 * torch.randn(B, T, generator=g) + far * (torch.rand(B, T, generator=g) - 0.5) * 8.0
+    rollout = (old + 0.05 * torch.randn(B, T, generator=g) + far * (torch.rand(B, T, generator=g) - 0.5) * 8.0).abs().neg()
     group_ids = torch.randperm(B, generator=g) % 4
     rewards = torch.randint(0, 2, (B,), generator=g).float()
     rewards = torch.where(group_ids == 0, 1.0, rewards)
@@ -94,7 +96,7 @@ def make_batch(
         "old_logprobs": old,
         "entropy": (torch.rand(B, T, generator=g) * 2.0 * entropy_scale).requires_grad_(),
         "rollout_logprobs": rollout,
-        "ref_logprobs": logprobs + 0.1 * torch.randn(B, T, generator=g),
+        "ref_logprobs": (logprobs + 0.1 * torch.randn(B, T, generator=g)).abs().neg(),
         "rewards": rewards,
         "group_ids": group_ids,
         "grad_sq_norms": torch.rand(B, generator=g) * 10.0 + 0.1,
@@ -107,11 +109,12 @@ def make_batch(
     # drawn after it, likewise: sum_v pi(v)^2 >= pi(y)^2 (the sampled token's own term) and <= pi(y)^2 + (1 - pi(y))^2
     p_old = old.exp()
     drawn["sum_pi_squared"] = p_old**2 + torch.rand(B, T, generator=g) * (1.0 - p_old) ** 2
-    # drawn after it, likewise: Lp-Reg's min-p proxy, the old log-prob renormalised over a kept mass in [e^-0.5, 1],
-    # and 10% of tokens filtered out (about -1e4, as the authors' -1e4 logit gives)
+    # drawn after it, likewise: Lp-Reg's min-p proxy, the old log-prob renormalised over a kept mass in [e^-0.5, 1]
+    # (at most 0: the sampled token's probability is part of that mass), and 10% of tokens filtered out (about -1e4,
+    # as the authors' -1e4 logit gives)
     kept_mass = torch.rand(B, T, generator=g) * 0.5
     filtered = torch.rand(B, T, generator=g) < 0.1
-    drawn["proxy_logprobs"] = torch.where(filtered, -1e4, old + kept_mass)
+    drawn["proxy_logprobs"] = torch.where(filtered, -1e4, (old + kept_mass).clamp(max=0.0))
     if advantages == "sequence":
         drawn["advantages"] = sequence_advantages
     elif advantages == "token":

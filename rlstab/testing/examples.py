@@ -88,7 +88,8 @@ def builtin_components() -> list:
         Expression(silence="advantage > 0 and probability < 0.002 and entropy < quantile(entropy, 0.8)"),
         IcePop(), RolloutRejection(high=2.0), RolloutRejection(level="sequence_max", divergence="k2", high=0.5, rejected="masked"),
         RolloutVeto(threshold=0.05), Lopti(), Lopti(phase="high"), RandomSilence(fraction=0.3),
-        OffPolicySequence(threshold=0.05), OffPolicySequence(threshold=0.05, behaviour="old"),  # issue 31, H4
+        OffPolicySequence(threshold=0.05), OffPolicySequence(threshold=0.01, behaviour="old"),  # issue 31, H4
+        # (0.01 with old: the kit's old log-probs are at most 0, so drawn below the current ones near 0; issue 38)
         IcePop(low=0.0, high=2.0),  # issue 31, H4: TRL's token_mask without a lower bound
         BypassRejection(high=2.0), BypassRejection(level="sequence_mean", divergence="k3", high=0.05, rejected="padding"),  # H1
         # reweighters

@@ -18,7 +18,7 @@ def test_hand_computed():
 
 def test_penalty_acts_at_zero_advantage():
     # A = 0: the penalty alone pulls log p back towards log p_old: dl/dlogp = beta * log r
-    _, grad = one_row([2.0], [0.0], {"kind": "dro", "beta": 0.5})
+    _, grad = one_row([2.0], [0.0], {"kind": "dro", "beta": 0.5}, old=-3.0)  # log-prob -1: at most 0
     assert grad.item() == pytest.approx(1.0)
 
 

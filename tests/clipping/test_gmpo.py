@@ -45,7 +45,7 @@ def test_negative_advantage_clips_below():
 
 
 def test_zero_advantage_trains_nothing():
-    out, grad = one_row([0.3, 2.0], [0.0, 0.0], GMPO, aggregation=AGG)
+    out, grad = one_row([0.3, 2.0], [0.0, 0.0], GMPO, aggregation=AGG, old=-3.0)  # log-probs at most 0
     assert out.loss.item() == 0.0
     assert torch.equal(grad, torch.zeros(2))
 

@@ -10,9 +10,10 @@ import rlstab
 WIDE = {"eps_low": 0.2, "eps_high": 0.2}  # wide enough that the hand-made ratios below stay inside
 
 
-def one_row(log_ratios, advantages, surrogate, aggregation="seq-mean-token-mean"):
-    """One response with the given token log-ratios and per-token advantages."""
-    old = torch.full((1, len(log_ratios)), -1.0)
+def one_row(log_ratios, advantages, surrogate, aggregation="seq-mean-token-mean", old=-1.0):
+    """One response with the given token log-ratios and per-token advantages; old log-probs ``old``, low enough
+    that every log-prob ``old + log r`` is at most 0."""
+    old = torch.full((1, len(log_ratios)), old)
     logprobs = (old + torch.tensor([log_ratios])).requires_grad_()
     batch = rlstab.TokenBatch(
         logprobs=logprobs,
@@ -76,7 +77,7 @@ def test_per_token_advantages_sequence_and_token_gradients_differ():
 
 
 def test_clamped_log_ratio_caps_s_and_gets_no_gradient():
-    out, grad = one_row([25.0, 0.0], [-1.0, -1.0], WIDE)
+    out, grad = one_row([25.0, 0.0], [-1.0, -1.0], WIDE, old=-26.0)
     # log r clamped to 20: mean = (20 + 0) / 2 = 10, s = e^10 = 22026.5; A < 0 without dual-clip: unclipped
     # l = -A s = s per token, w = 1/2: loss = s; gradient (sequence): (sum_t w (-A)) * s / n = s / 2,
     # but only on the unclamped token
@@ -138,6 +139,7 @@ def random_case(seed, per_token):
     old = -torch.rand(B, T, generator=g) * 3
     # per-response drift so that the sequence ratios spread over both clip sides
     logp = old + torch.randn(B, 1, generator=g) * 0.15 + torch.randn(B, T, generator=g) * 0.1
+    old[1, 0] -= 30.0  # low enough that the clamped token's log-prob is at most 0
     logp[1, 0] = old[1, 0] + 30.0  # one clamped token
     adv = torch.randn(B, T, generator=g) if per_token else torch.randn(B, 1, generator=g).expand(B, T)
     weight = torch.rand(B, T, generator=g) * 2

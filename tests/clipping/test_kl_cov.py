@@ -45,7 +45,7 @@ def test_at_least_one_token_is_penalised():
 def test_no_clip():
     # r = e^2 with A > 0 would be clipped by PPO; KL-Cov trains it: dl/dlogp = -A r (one token: it is the top-1,
     # so it also pays |log r|: gradient -e^2 + 1)
-    out, grad = one_row([2.0], [1.0], {"kind": "kl_cov"})
+    out, grad = one_row([2.0], [1.0], {"kind": "kl_cov"}, old=-3.0)  # log-prob -1: at most 0
     assert grad.item() == pytest.approx(-math.exp(2.0) + 1.0, rel=1e-6)
 
 

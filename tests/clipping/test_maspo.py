@@ -13,7 +13,7 @@ MASPO = {"kind": "maspo"}  # authors' defaults: sigma_base 1, alpha 0.3, sigma_h
 
 def test_hand_computed():
     adv = [1.0, -2.0, 1.0, -1.0, 3.0, -1.0]
-    p_old = [0.5, 0.001, 0.5, 0.5, 0.9, 1e-6]
+    p_old = [0.5, 0.001, 0.5, 0.5, 0.1, 1e-6]  # every p_old * r at most 1: log-probs at most 0
     log_r = [0.5, -1.0, -0.5, 0.4, 2.0, -1.5]
     old = [math.log(p) for p in p_old]
     out, grad = one_row(log_r, adv, MASPO, old=old)
@@ -23,25 +23,25 @@ def test_hand_computed():
     # 2     -2  0.001  0.36788  A<0, r<1       7.9432823 * 1/1.06 = 7.4936626 0.9964485                     0.7331459
     # 3     +1  0.5    0.60653  no (r < 1)     -                            1                            -0.6065307
     # 4     -1  0.5    1.49182  no (r > 1)     -                            1                             1.4918247
-    # 5     +3  0.9    7.38906  A>0, r>1       1.0321130 * 1.09 = 1.1250032   9.92e-8                      -2.2e-6
+    # 5     +3  0.1    7.38906  A>0, r>1       1.9952623 * 1.09 = 2.1748359   0.0133653                    -0.2962703
     # 6     -1  1e-6   0.22313  A<0, r<1       10 (capped) * 1/1.03 = 9.7087379 0.9968037                   0.2224170
-    # token-mean: 0.3943589 / 6 = 0.0657265;  dl/dlogp = -A g r = l (the gate is a constant)
-    assert out.loss.item() == pytest.approx(0.0657265, abs=1e-6)
-    expected = torch.tensor([-1.4464958, 0.7331459, -0.6065307, 1.4918247, -2.2e-6, 0.2224170]) / 6
+    # token-mean: 0.0980908 / 6 = 0.0163485;  dl/dlogp = -A g r = l (the gate is a constant)
+    assert out.loss.item() == pytest.approx(0.0163485, abs=1e-6)
+    expected = torch.tensor([-1.4464958, 0.7331459, -0.6065307, 1.4918247, -0.2962703, 0.2224170]) / 6
     assert torch.allclose(grad, expected, atol=1e-6)
     assert out.metrics["maspo/gated_fraction"] == pytest.approx(4 / 6)
-    # mean gate: (0.8773441 + 0.9964485 + 1 + 1 + 0 + 0.9968037) / 6 = 0.8117661
-    assert out.metrics["maspo/gate_mean"] == pytest.approx(0.8117661, abs=1e-6)
+    # mean gate: (0.8773441 + 0.9964485 + 1 + 1 + 0.0133653 + 0.9968037) / 6 = 0.8139936
+    assert out.metrics["maspo/gate_mean"] == pytest.approx(0.8139936, abs=1e-6)
 
 
 def test_rare_tokens_get_a_wider_gate():
-    # Same A = +1 and r = 2 (so (r - 1)^2 = 1), p_old 0.9 versus 0.01:
-    # common: sigma = 0.9^-0.3 * 1.03 = 1.0321130 * 1.03 = 1.0630764, g = exp(-1 / (2 * 1.1301314)) = 0.6424756
+    # Same A = +1 and r = 2 (so (r - 1)^2 = 1), p_old 0.5 (so p = 1) versus 0.01:
+    # common: sigma = 0.5^-0.3 * 1.03 = 1.2311444 * 1.03 = 1.2680787, g = exp(-1 / (2 * 1.6080237)) = 0.7327573
     # rare:   sigma = 0.01^-0.3 * 1.03 = 3.9810717 * 1.03 = 4.1005039, g = exp(-1 / (2 * 16.8141317)) = 0.9707009
     # dl/dlogp = -A g r = -2 g
-    _, common = one_row([math.log(2.0)], [1.0], MASPO, old=math.log(0.9))
+    _, common = one_row([math.log(2.0)], [1.0], MASPO, old=math.log(0.5))
     _, rare = one_row([math.log(2.0)], [1.0], MASPO, old=math.log(0.01))
-    assert common.item() == pytest.approx(-2 * 0.6424756, abs=1e-5)
+    assert common.item() == pytest.approx(-2 * 0.7327573, abs=1e-5)
     assert rare.item() == pytest.approx(-2 * 0.9707009, abs=1e-5)
 
 

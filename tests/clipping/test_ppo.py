@@ -8,9 +8,10 @@ import torch
 import rlstab
 
 
-def one_row(ratios, advantages, surrogate):
-    """One response whose tokens have the given ratios and advantages; token-mean over its tokens."""
-    old = torch.full((1, len(ratios)), -1.0)
+def one_row(ratios, advantages, surrogate, old=-2.0):
+    """One response whose tokens have the given ratios and advantages; token-mean over its tokens. The old
+    log-probs are ``old``, low enough that every log-prob ``old + log r`` is at most 0."""
+    old = torch.full((1, len(ratios)), old)
     logprobs = (old + torch.tensor([ratios]).log()).requires_grad_()
     batch = rlstab.TokenBatch(
         logprobs=logprobs,
@@ -60,7 +61,7 @@ def test_no_clip_is_importance_weighted_pg():
 
 def test_log_ratio_is_clamped_before_exp():
     # log r = 30 is clamped to 20: the loss is finite and the clamp has zero gradient.
-    out, grad = one_row([math.exp(30.0)], [-1.0], {"kind": "none"})
+    out, grad = one_row([math.exp(30.0)], [-1.0], {"kind": "none"}, old=-31.0)
     assert out.loss.item() == pytest.approx(math.exp(20.0), rel=1e-5)
     assert grad[0].item() == 0.0
 
@@ -86,7 +87,7 @@ def reference_ppo(logprobs, old, adv, mask, eps_low, eps_high, c):
 def test_closed_form_gradient_matches_autograd(seed, dual_clip, make_batch):
     batch = make_batch(B=12, T=30, seed=seed, advantages="token")
     # Spread the ratios so that every clip branch is hit.
-    old = (batch.logprobs.detach() + torch.randn(12, 30, generator=torch.Generator().manual_seed(seed))).detach()
+    old = (batch.logprobs.detach() + torch.randn(12, 30, generator=torch.Generator().manual_seed(seed))).abs().neg()
     batch = rlstab.TokenBatch(logprobs=batch.logprobs, old_logprobs=old, advantages=batch.advantages,
                               response_mask=batch.response_mask)
     surrogate = {"kind": "ppo_clip", "eps_low": 0.2, "eps_high": 0.28, "dual_clip": dual_clip}
@@ -126,7 +127,7 @@ def test_delta_below_the_clip_range_hand_computed():
 def test_delta_gradient_matches_autograd_of_trls_formula(delta):
     torch.manual_seed(0)
     B, T = 5, 9
-    old = torch.randn(B, T) - 1.0
+    old = torch.randn(B, T) - 4.0  # log-probs at most 0
     logprobs = (old + 0.7 * torch.randn(B, T)).requires_grad_()
     adv = torch.randn(B)
     mask = torch.arange(T) < torch.tensor([0, 3, 9, 5, 7]).unsqueeze(-1)

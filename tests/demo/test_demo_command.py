@@ -136,6 +136,21 @@ def test_objective_from_a_yaml_file(tmp_path, cache_dir):
     assert {r["objective"] for r in rows(tmp_path / "out")} == {"my-stapo"}
 
 
+def test_progress_line_counts_the_silenced_tokens_so_far(tmp_path, cache_dir, capsys):
+    # 20-entropy silences 80% of the valid tokens of every step. Each step's line shows the count so far and
+    # the step's own; the last line's count so far is the summary table's "silenced tokens".
+    toy = [flag for flag in TOY if flag != "--quiet"]
+    assert main(["demo", *toy, "--out", str(tmp_path), "--cache-dir", str(cache_dir), "--objective", "20-entropy"]) == 0
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("[20-entropy]")]
+    per_step = [int(r["silenced"]) for r in rows(tmp_path)[1:]]
+    assert len(lines) == len(per_step) == 2 and sum(per_step) > 0
+    for i, line in enumerate(lines):
+        assert line.endswith(f"silenced {sum(per_step[:i + 1])} so far ({per_step[i]} this step)"), line
+    table_row = next(line for line in captured.out.splitlines() if line.startswith("| 20-entropy |"))
+    assert table_row.split("|")[7].strip() == str(sum(per_step))  # the summary's "silenced tokens"
+
+
 def test_bad_objective_is_reported_before_training(tmp_path, cache_dir, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("extends: stapo\nmasks:\n  - {kind: s2t, tau_p: 1.5}\n")

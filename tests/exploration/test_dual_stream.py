@@ -45,7 +45,7 @@ def test_seq_mean_token_mean_is_the_papers_per_trajectory_form():
 def test_lambda_zero_is_plain_grpo_on_the_main_rows():
     torch.manual_seed(0)
     B, T = 8, 5
-    logprobs = torch.randn(B, T)
+    logprobs = torch.randn(B, T) - 4.0  # log-probs at most 0
     old = logprobs + 0.1 * torch.randn(B, T)
     mask = torch.rand(B, T) > 0.2
     rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0])

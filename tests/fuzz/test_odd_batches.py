@@ -15,7 +15,10 @@ What it generates (hypothesis), per preset:
 - optional fields present or not (old, rollout and reference log-probabilities, entropy,
   importance weights);
 - non-finite values: none; NaN, +-inf or a huge finite value (3e38, float32/64 fields only) on
-  padding; or NaN / +-inf on one valid token of one field (a reward: of a response with tokens).
+  padding; or NaN / +-inf on one valid token of one field (a reward: of a response with tokens);
+- values a field cannot hold (``rlstab.batch.VALUE_LIMITS``), on padding or on one valid token: a
+  log-prob above 0 beyond rounding (0.75, a probability; 3 or 17, logits), an entropy below 0
+  beyond rounding (-0.75, -4, log-probs).
 
 What it checks, on both paths (``loss_fn(batch)``; ``gather([batch])`` then ``loss_fn(batch, step=...)``):
 
@@ -23,7 +26,8 @@ What it checks, on both paths (``loss_fn(batch)``; ``gather([batch])`` then ``lo
   values with finite padding, bool mask, int64 group ids: the same loss (finite), gradients on the
   caller's leaves (logprobs, entropy) and metrics;
 - or, with a non-finite value on a valid token of a field the objective reads, a
-  ``FloatingPointError`` naming ``TokenBatch.<field>``, and the objective's state unchanged;
+  ``FloatingPointError`` naming ``TokenBatch.<field>``, and the objective's state unchanged; with a
+  value beyond its field's limits there, a ``BatchError`` naming the field and the likely mistake;
 - or, when the reference itself is refused (a preset reading a field the batch lacks), the same
   ``BatchError``;
 - any other exception, or a non-finite loss, fails the case.
@@ -57,6 +61,11 @@ MASK_DTYPES = [torch.bool, torch.int64, torch.int32, torch.uint8, torch.float32,
 LAYOUTS = ["contiguous", "transposed", "transposed", "step", "expanded"]
 TOKEN_FIELDS = ["logprobs", "old_logprobs", "entropy", "rollout_logprobs", "ref_logprobs"]
 NAN, INF = float("nan"), float("inf")
+# Values beyond a field's limits: a probability or logits given as log-probs, log-probs given as entropy.
+BEYOND_LIMITS = {
+    **{name: [0.75, 3.0, 17.0] for name in ("logprobs", "old_logprobs", "rollout_logprobs", "ref_logprobs")},
+    "entropy": [-0.75, -4.0],
+}
 # The fields that carry gradient, as a trainer supplies them: the entropy too (computed from the logits with grad, as
 # an entropy bonus needs it; masks read it detached). The gradient of each is checked against the reference's.
 DIFFERENTIABLE = ("logprobs", "entropy")
@@ -91,7 +100,7 @@ class Case:
     name: str
     values: dict  # field -> final values (contiguous, in the field's dtype, finite padding)
     layouts: dict  # field -> layout
-    injected: dict = field(default_factory=dict)  # field -> values with the non-finite injection
+    injected: dict = field(default_factory=dict)  # field -> values with the injection (non-finite, or beyond limits)
     placement: str = "none"  # none | padding | valid
     target: str | None = None  # the injected field
     index: tuple = ()
@@ -184,6 +193,7 @@ def cases(draw, name: str) -> Case:
         return case
     index = tuple(draw(st.sampled_from(candidates)))
     choices = [NAN, INF, -INF] + ([3e38, -3e38] if placement == "padding" and v.dtype in (torch.float32, torch.float64) else [])
+    choices += BEYOND_LIMITS.get(target, [])
     bad = v.clone()
     bad[index] = draw(st.sampled_from(choices))
     if layouts[target] == "expanded":  # rows are no longer equal: keep the layout odd another way
@@ -197,7 +207,7 @@ def cases(draw, name: str) -> Case:
 
 
 def checked_by(loss_fn: rlstab.CompiledObjective, batch: TokenBatch, name: str) -> bool:
-    """Whether the loss checks ``TokenBatch.<name>`` for non-finite values (it reads it)."""
+    """Whether the loss checks the values of ``TokenBatch.<name>`` (it reads it): finite, and within limits."""
     if name in ("logprobs", "old_logprobs", "is_weights", "entropy"):
         return True
     if name == "advantages":
@@ -241,10 +251,13 @@ def check(case: Case, path: str) -> None:
     batch, _ = case.batch(reference=False)
     loss_fn = OBJECTIVES[case.name].compile()
     if case.placement == "valid" and checked_by(loss_fn, batch, case.target):
-        assert isinstance(got, FloatingPointError), f"{where}: expected a FloatingPointError, got {got!r}"
+        finite = math.isfinite(float(case.injected[case.target][case.index]))
+        expected_error = BatchError if finite else FloatingPointError
+        assert isinstance(got, expected_error), f"{where}: expected a {expected_error.__name__}, got {got!r}"
         assert f"TokenBatch.{case.target}" in str(got), f"{where}: {got}"
+        assert finite == ("passed as" in str(got)), f"{where}: {got}"  # the likely mistake, for a value beyond limits
         assert after == before, f"{where}: the state moved although the step raised"
-        event("FloatingPointError naming the field")
+        event(f"{expected_error.__name__} naming the field")
         return
     assert not isinstance(got, Exception), f"{where}: {got!r}"
     out, grads = got
@@ -262,7 +275,7 @@ def check(case: Case, path: str) -> None:
         )
     assert out.metrics == pytest.approx(ref_out.metrics, rel=1e-5, abs=1e-6, nan_ok=True), where
     assert all(math.isfinite(v) for k, v in out.metrics.items() if not k.endswith("H_bar")), (where, out.metrics)
-    event("the reference result, " + {"none": "all finite", "padding": "non-finite padding", "valid": "non-finite unread field"}[case.placement])
+    event("the reference result, " + {"none": "all finite", "padding": "offending padding", "valid": "offending unread field"}[case.placement])
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -15,9 +15,10 @@ GAPS = [[0.5, 0.7, math.nan], [0.2, 0.4, 0.6], [2.0, math.inf, -math.inf]]
 
 
 def batch(gaps=GAPS, lengths=LENGTHS, advantages=ADVANTAGES, field="rollout_logprobs"):
-    """On-policy (old = current), current log-probability -1 everywhere, the sampling policy's = -1 + gap."""
+    """On-policy (old = current), current log-probability -4 everywhere, the sampling policy's = -4 + gap (at most
+    0 on the valid tokens)."""
     B, T = len(gaps), len(gaps[0])
-    current = torch.full((B, T), -1.0)
+    current = torch.full((B, T), -4.0)
     sampling = current + torch.tensor(gaps)
     mask = torch.arange(T) < torch.tensor(lengths).unsqueeze(-1)
     extra = {field: sampling} if field == "rollout_logprobs" else {"old_logprobs": sampling}

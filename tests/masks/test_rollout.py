@@ -196,7 +196,7 @@ def test_micro_batches_equal_the_whole_step_with_rejection():
 
     b = random_batch(B=12, T=10, seed=3, advantages="sequence")
     g = torch.Generator().manual_seed(1)
-    rollout = b.old_logprobs + 0.3 * torch.randn(b.old_logprobs.shape, generator=g)
+    rollout = (b.old_logprobs + 0.3 * torch.randn(b.old_logprobs.shape, generator=g)).abs().neg()  # at most 0
     fields = {f: getattr(b, f) for f in b.__dataclass_fields__}
     whole = rlstab.TokenBatch(**{**fields, "rollout_logprobs": rollout})
     loss_fn = rlstab.load({"extends": "stapo", "masks": [

@@ -86,7 +86,7 @@ def test_preset_matches_areal_on_random_batches(make_batch, seed):
     # a stale behaviour policy: weights far from 1, so that the cap drops tokens
     noise = torch.randn(batch.logprobs.shape, generator=torch.Generator().manual_seed(seed)) * 1.5
     batch = rlstab.TokenBatch(
-        logprobs=batch.logprobs, old_logprobs=batch.old_logprobs, rollout_logprobs=batch.old_logprobs + noise,
+        logprobs=batch.logprobs, old_logprobs=batch.old_logprobs, rollout_logprobs=(batch.old_logprobs + noise).abs().neg(),
         advantages=batch.advantages, response_mask=batch.response_mask,
     )
     out = rlstab.load("decoupled_ppo").compile()(batch)
@@ -103,7 +103,7 @@ def test_drop_is_icepop_without_a_floor_with_tis(make_batch, seed):
     batch = make_batch(seed=seed, advantages="token")
     noise = torch.randn(batch.logprobs.shape, generator=torch.Generator().manual_seed(seed)) * 1.5
     batch = rlstab.TokenBatch(
-        logprobs=batch.logprobs, old_logprobs=batch.old_logprobs, rollout_logprobs=batch.old_logprobs + noise,
+        logprobs=batch.logprobs, old_logprobs=batch.old_logprobs, rollout_logprobs=(batch.old_logprobs + noise).abs().neg(),
         advantages=batch.advantages, response_mask=batch.response_mask,
     )
     ours = rlstab.load({"extends": "decoupled_ppo"}).compile()(batch)

@@ -139,7 +139,7 @@ def test_the_advantage_sign_picks_the_pair_per_token():
 
 def random_tokens(seed: int, B: int = 6, T: int = 9, per_token: bool = False, rollout: bool = False):
     g = torch.Generator().manual_seed(seed)
-    lp = -torch.rand(B, T, generator=g) * 3.0
+    lp = -torch.rand(B, T, generator=g) * 3.0 - 3.0  # within [-6, -3]: the old and rollout log-probs stay below 0
     old = lp + 0.7 * torch.randn(B, T, generator=g)  # log W spreads over +-2 and more: phi from ~0 to above 1
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     lengths[0], lengths[-1] = 0, T  # an all-padding row and a full one

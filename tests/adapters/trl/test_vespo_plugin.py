@@ -40,7 +40,7 @@ def random_inputs(seed: int, per_token: bool = False, extreme: bool = False) -> 
 
     ``extreme``: row 1's sequence log-ratio far above 20 and row 2's far below log 1e-8 (both clamps)."""
     g = torch.Generator().manual_seed(seed)
-    logprobs = -torch.rand(B, T, generator=g) * 3.0
+    logprobs = -torch.rand(B, T, generator=g) * 3.0 - 5.0  # within [-8, -5]: the old and the engine's stay below 0
     old = logprobs + 0.7 * torch.randn(B, T, generator=g)
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     lengths[0], lengths[-1] = 0, T

@@ -55,7 +55,7 @@ def random_batch(seed: int, multi_turn: bool, padding_row: bool, is_weights: boo
     p = old.exp()  # sum_v pi(v)^2 between its bounds given pi(y): pi(y)^2 and pi(y)^2 + (1 - pi(y))^2
     sum_pi_squared = p**2 + torch.rand(B, T, generator=g) * (1 - p) ** 2
     return rlstab.TokenBatch(
-        logprobs=(old + 0.3 * torch.randn(B, T, generator=g)).requires_grad_(),
+        logprobs=(old + 0.3 * torch.randn(B, T, generator=g)).abs().neg().requires_grad_(),  # reflected: at most 0
         old_logprobs=old,
         response_mask=mask,
         rewards=torch.randint(0, 3, (B,), generator=g).float() * 0.5,

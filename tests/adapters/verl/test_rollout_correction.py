@@ -113,8 +113,8 @@ def test_icepop_matches_verl_icepop(mode):
     """verl's IcePop: rollout_is_threshold '0.5_5.0' zeroes the weights outside the band, response_mask untouched."""
     for seed in range(3):
         x = inputs(seed)
-        x["rollout_log_prob"] = x["old_log_prob"] + 1.2 * torch.randn(x["old_log_prob"].shape,
-                                                                      generator=torch.Generator().manual_seed(seed))
+        x["rollout_log_prob"] = (x["old_log_prob"] + 1.2 * torch.randn(x["old_log_prob"].shape,
+                                                                       generator=torch.Generator().manual_seed(seed))).abs().neg()
         theirs = verl_side(x, mode, rollout_is="token", is_threshold="0.5_5.0")
         preset = rlstab.load("icepop")
         ours = rlstab_side(x, mode, masks=[m.model_dump() for m in preset.masks],

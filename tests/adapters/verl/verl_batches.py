@@ -37,12 +37,13 @@ def random_verl_batch(seed: int, B: int = 6, T: int = 11) -> dict[str, torch.Ten
 
     Ragged responses (one row empty, one full), log-ratios spread to +-2 so that both clip
     sides and dual-clip are hit, token-level advantages of both signs (as verl broadcasts them).
+    Every log-prob at most 0: the old ones within [-6, -2], so that the current ones are too.
     """
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     lengths[0], lengths[-1] = 0, T
     response_mask = torch.arange(T) < lengths.unsqueeze(-1)
-    old = -torch.rand(B, T, generator=g) * 4.0
+    old = -torch.rand(B, T, generator=g) * 4.0 - 2.0
     log_prob = old + (torch.rand(B, T, generator=g) * 4.0 - 2.0)
     advantages = torch.randn(B, 1, generator=g).expand(B, T).contiguous()
     advantages[1] = torch.randn(T, generator=g)  # one row with per-token advantages
