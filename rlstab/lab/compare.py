@@ -20,7 +20,8 @@ from pathlib import Path
 import rlstab
 from rlstab.errors import ConfigError, counted, one_line
 from rlstab.lab.checkpoint import SUMMARY_FILE, read_rows, unreadable, write_json
-from rlstab.lab.paired import METRICS, PAIRED_METRICS, PairError, pairs, tables
+from rlstab.lab.paired import METRICS, PAIRED_METRICS, PairError, pairs
+from rlstab.lab.protocol import Protocol, ProtocolMismatch, check_arms, merged
 from rlstab.lab.regimes import Regime, load_regime
 from rlstab.lab.spec import RunSpec, folder_name, mismatch
 from rlstab.lazy import torch
@@ -62,17 +63,21 @@ class Plan:
     jobs: list[tuple[RunSpec, Path]] = field(default_factory=list)
     pairs: dict[str, str] = field(default_factory=dict)
     """``{objective: the baseline it is paired with}``, for every objective that has one."""
+    protocol: Protocol | None = None
+    """The protocol's gates, primary metrics and trend test (its pairing is in ``baseline`` and ``pairs``)."""
 
 
 def plan(
     objectives: Sequence[str], *, out: Path | str, baseline: str | None = None, seeds: int | Sequence[int] = 5,
     steps: int = 100, regimes: Sequence[str | Regime] = ("default",), task: str = "add2", model: str = "tiny",
-    pair: Sequence[str] = (), log: Callable[[str], None] | None = None,
+    pair: Sequence[str] = (), log: Callable[[str], None] | None = None, protocol: Protocol | None = None,
 ) -> Plan:
     """Check every input and existing folder before anything runs.
 
     Raises the ConfigError or LabError of a bad input, or :class:`InputErrors` with every one when there
-    are several. ``log`` hears one line before a grid of many runs has its folders checked.
+    are several. ``log`` hears one line before a grid of many runs has its folders checked. ``protocol``'s
+    pairing is merged with ``baseline`` and ``pair`` (``rlstab.lab.protocol.merged``); its gates and trend
+    must name objectives of the grid, and each gate a mask its objective has.
     """
     from rlstab.trainer.config import MAX_STEPS
 
@@ -87,11 +92,12 @@ def plan(
         problems.append(LabError(f"{counted(len(objectives), 'objective')} x {counted(len(regimes), 'regime')} x "
                                  f"{len(seed_list):,} seeds = {runs:,} runs: at most {MAX_RUNS:,} in one grid; "
                                  "split it over several --out folders"))
-    loaded, labels, pairing, regime_list = _inputs(objectives, baseline, pair, regimes, task, model, problems)
+    baseline, pair = merged(protocol, baseline, list(pair))
+    loaded, labels, pairing, regime_list = _inputs(objectives, baseline, pair, regimes, task, model, problems, protocol)
     if problems:
         raise problems[0] if len(problems) == 1 else InputErrors(problems)
     p = Plan(Path(out), labels, list(objectives), baseline if baseline is not None else labels[0], regime_list, seed_list,
-             pairs=pairing)
+             pairs=pairing, protocol=protocol)
     if log is not None and runs >= 1000:
         log(f"[compare] planning {runs:,} runs: checking their folders under {p.out}")
     texts = [(objective.to_yaml(), objective.fingerprint()) for objective in loaded]
@@ -114,17 +120,22 @@ def plan(
 
 
 def check_inputs(objectives: Sequence[str], *, baseline: str | None = None, regimes: Sequence[str | Regime] = ("default",),
-                 task: str = "add2", model: str = "tiny", pair: Sequence[str] = ()) -> list[ValueError]:
-    """Every problem of the inputs that are not numbers (objectives, regimes, tasks, model, baseline, pairs), each a
-    ConfigError or a LabError; [] when there is none. ``plan`` checks these and the numbers and folders."""
+                 task: str = "add2", model: str = "tiny", pair: Sequence[str] = (),
+                 protocol: Protocol | None = None) -> list[ValueError]:
+    """Every problem of the inputs that are not numbers (objectives, regimes, tasks, model, baseline, pairs, the
+    protocol's arms and masks), each a ConfigError or a LabError; [] when there is none. ``plan`` checks these and
+    the numbers and folders."""
     problems: list[ValueError] = []
-    _inputs(objectives, baseline, pair, regimes, task, model, problems)
+    baseline, pair = merged(protocol, baseline, list(pair))
+    _inputs(objectives, baseline, pair, regimes, task, model, problems, protocol)
     return problems
 
 
-def _inputs(objectives, baseline, pair, regimes, task, model, problems: list[ValueError]):
+def _inputs(objectives, baseline, pair, regimes, task, model, problems: list[ValueError], protocol: Protocol | None = None):
     """``(loaded objectives, labels, pairing, regimes)``, adding a problem for each bad input."""
     loaded, labels, pairing = _objectives(objectives, baseline, pair, problems)
+    if protocol is not None and labels:
+        problems += [LabError(line) for line in check_arms(protocol, labels, _mask_labels(loaded, labels))]
     regime_list = _regimes(regimes, task, problems)
     if model not in MODELS:
         problems.append(LabError(f"model {model!r}: one of {', '.join(MODELS)}"))
@@ -178,6 +189,13 @@ def _objectives(objectives: Sequence[str], baseline: str | None, pair: Sequence[
     except PairError as err:
         problems.append(LabError(str(err)))
     return loaded, labels, {}
+
+
+def _mask_labels(loaded, labels: Sequence[str]) -> dict[str, list[str]]:
+    """Each objective's mask labels as its metrics rows name them: its masks' (``s2t``), then its shadow masks' (``shadow/s2t``)."""
+    from rlstab.compiler.plan import mask_slots
+
+    return {label: [slot for slot, _ in mask_slots(objective)] for label, objective in zip(labels, loaded)}
 
 
 def _regimes(regimes: Sequence[str | Regime], task: str, problems: list[ValueError]) -> list[Regime]:
@@ -246,19 +264,24 @@ def compare(
     steps: int = 100, regimes: Sequence[str | Regime] = ("default",), task: str = "add2", model: str = "tiny",
     workers: int | None = None, ray_address: str | None = None, cache_dir: Path | str | None = None,
     checkpoint_every: int = 10, progress: bool = True, command: str | None = None, pair: Sequence[str] = (),
+    protocol: Protocol | None = None,
 ) -> dict:
     """Run the grid (skipping finished runs, resuming interrupted ones) and write its outputs to ``out``.
 
     Returns the content of ``results.json``. ``workers`` defaults to the machine's core count;
     ``ray_address`` (``auto`` or ``HOST:PORT``) sends each run to a Ray cluster instead. ``pair``
     holds ``OBJECTIVE=BASELINE`` items: that objective is paired with that baseline instead of ``baseline``.
+    ``protocol`` (``rlstab.lab.protocol.load_protocol``) adds its pairing, and its gates, primary metrics and
+    trend test to the report. A protocol that does not fit the finished runs (a gate's mask no run reports, a
+    primary metric no run measured) is a LabError before ``results.json`` is written; the runs stay, so the
+    same command with a corrected protocol reads them back.
     """
     for name, value in (("workers", workers), ("checkpoint_every", checkpoint_every)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise LabError(f"{name} = {value!r}: an integer of at least 1")
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if progress else None
     p = plan(objectives, out=out, baseline=baseline, seeds=seeds, steps=steps, regimes=regimes, task=task, model=model,
-             pair=pair, log=say)
+             pair=pair, log=say, protocol=protocol)
     p.out.mkdir(parents=True, exist_ok=True)
     results: dict[Path, dict] = {}
     todo = []
@@ -278,9 +301,10 @@ def compare(
         results[folder] = outcome["summary"]
         if bar:
             bar.update(f"{spec.regime.name}/{spec.label}/seed{spec.seed}")
-    data = collect(p, results, command)
+    rows = {folder: read_rows(folder) for _, folder in p.jobs}
+    data = collect(p, results, command, rows)
     write_json(p.out / RESULTS_FILE, data)
-    write_json(p.out / STEPS_FILE, steps_of(p, data))
+    write_json(p.out / STEPS_FILE, steps_of(p, data, rows))
     from rlstab.lab import report
 
     report.write(p, data)
@@ -298,20 +322,34 @@ def _keep(folder: Path, outcome: dict) -> None:
         write_json(folder / SUMMARY_FILE, outcome["summary"])
 
 
-def steps_of(p: Plan, data: dict) -> dict:
-    """``steps.json``: every run's per-step metrics rows, so that a published grid keeps its curves."""
-    return {"runs": [{k: r[k] for k in ("regime", "objective", "seed", "folder")} | {"rows": read_rows(p.out / r["folder"])}
-                     for r in data["runs"]]}
+def steps_of(p: Plan, data: dict, rows: dict[Path, list[dict]] | None = None) -> dict:
+    """``steps.json``: every run's per-step metrics rows (``rows`` by run folder, read when not given), so that a
+    published grid keeps its curves."""
+    def of(r: dict) -> list[dict]:
+        folder = p.out / r["folder"]
+        return rows[folder] if rows is not None and folder in rows else read_rows(folder)
+
+    return {"runs": [{k: r[k] for k in ("regime", "objective", "seed", "folder")} | {"rows": of(r)} for r in data["runs"]]}
 
 
-def collect(p: Plan, results: dict[Path, dict], command: str | None) -> dict:
-    """``results.json``: the settings, every run's summary, the aggregates and the paired differences (Holm over all)."""
+def collect(p: Plan, results: dict[Path, dict], command: str | None, rows: dict[Path, list[dict]] | None = None) -> dict:
+    """``results.json``: the settings, every run's summary, the aggregates and the paired differences (Holm over
+    their family), the no-op seeds, and the protocol's gates and trend test (``rlstab.lab.analysis``).
+
+    ``rows``: every run's metrics rows by folder (for the no-op test and the gates), or None to compare summaries."""
+    from rlstab.lab.analysis import analyse
+
     runs = []
     for spec, folder in p.jobs:
         runs.append({"regime": spec.regime.name, "objective": spec.label, "seed": spec.seed,
                      "folder": str(folder.relative_to(p.out)), "summary": results[folder]})
-    aggregates, paired = tables(runs, p.labels, [r.name for r in p.regimes], p.pairs)
+    by_run = None if rows is None else {(s.regime.name, s.label, s.seed): rows[folder] for s, folder in p.jobs}
+    try:
+        computed = analyse(runs, p.labels, [r.name for r in p.regimes], p.pairs, p.protocol, by_run)
+    except ProtocolMismatch as err:
+        raise LabError(str(err)) from None
     first = p.jobs[0][0]
+    settings_protocol = {"protocol": p.protocol.model_dump()} if p.protocol is not None and p.protocol.decides else {}
     return {
         "command": command,
         "versions": {"rlstab": rlstab.__version__, "torch": torch.__version__, "python": platform.python_version(),
@@ -322,10 +360,10 @@ def collect(p: Plan, results: dict[Path, dict], command: str | None) -> dict:
             "baseline": p.baseline, "pairs": p.pairs, "seeds": p.seeds, "steps": first.steps, "model": first.model,
             "regimes": {r.name: {**r.model_dump(), "task": r.task or next(s.task for s, _ in p.jobs if s.regime is r)}
                         for r in p.regimes},
+            **settings_protocol,
         },
         "runs": runs,
-        "aggregates": aggregates,
-        "paired": paired,
+        **computed,
     }
 
 

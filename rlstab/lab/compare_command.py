@@ -37,8 +37,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         description=(
             "Train every objective under every regime from every seed on the embedded trainer, then write "
             "results.json, steps.json (every run's per-step metrics), report.md (means and 95% intervals over "
-            "seeds; paired differences against each objective's baseline with raw and Holm-adjusted p-values and the "
-            "minimum detectable effect), curves.png and differences.png to --out, with each run's metrics.jsonl under runs/. Rerunning the same "
+            "seeds; paired differences against each objective's baseline with raw and Holm-adjusted p-values, the "
+            "effective n and the minimum detectable effect under Holm; the protocol's gates and trend test), "
+            "curves.png and differences.png to --out, with each run's metrics.jsonl under runs/. Rerunning the same "
             "command skips finished runs and resumes interrupted ones from their last checkpoint."
         ),
     )
@@ -48,7 +49,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--pair", action="append", default=[], metavar="OBJECTIVE=BASELINE",
                    help="pair this objective with this baseline instead, e.g. the one it extends (stapo=dapo); repeatable")
     p.add_argument("--protocol", metavar="FILE",
-                   help="a YAML file with the pairing (baseline:, pairs: {OBJECTIVE: BASELINE}); --baseline and --pair add to it")
+                   help="a YAML file written before the runs: the pairing (baseline:, pairs: {OBJECTIVE: BASELINE}), the "
+                        "firing gates (gates: {ARM: {mask, at_least, on_share_of_steps}}, fallback:), the primary metrics "
+                        "(primary: [...]) and a dose-trend test (trend: {arms, doses, metric}); --baseline and --pair add to it")
     number(p, "--seeds", GridNumbers, default=5,
            help=f"seeds 0..N-1 per objective and regime; the grid holds at most {MAX_RUNS:,} runs")
     number(p, "--steps", TrainConfig, default=100, help="RL steps per run")
@@ -135,11 +138,11 @@ def _ray_flags_ok(args) -> bool:
 
 
 def _inputs(args) -> dict:
-    """``compare``'s keyword arguments that are not numbers, with the protocol file's pairing merged in."""
-    from rlstab.lab.protocol import load_protocol, merged
+    """``compare``'s keyword arguments that are not numbers, the protocol file read (``compare`` merges its pairing)."""
+    from rlstab.lab.protocol import load_protocol
 
-    baseline, pair = merged(load_protocol(args.protocol) if args.protocol else None, args.baseline, args.pair)
-    return {"baseline": baseline, "pair": pair, "regimes": args.regime or ["default"], "task": args.task, "model": args.model}
+    return {"baseline": args.baseline, "pair": args.pair, "protocol": load_protocol(args.protocol) if args.protocol else None,
+            "regimes": args.regime or ["default"], "task": args.task, "model": args.model}
 
 
 def _report(errors: list[Exception]) -> None:

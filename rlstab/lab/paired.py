@@ -4,9 +4,9 @@ Each objective is paired with one baseline: the global ``--baseline`` (the first
 default), or the one ``--pair OBJECTIVE=BASELINE`` names, such as the objective it extends (stapo,
 20-entropy and stare extend dapo). ``tables`` gives, per regime, every objective's mean and interval
 of each metric and every pair's paired differences, with Holm's correction over all the paired
-differences of the grid (one report, one family). ``restate`` recomputes those from a stored
-``results.json``'s run summaries, so a published grid's report can be rebuilt with new statistics
-without touching its runs.
+differences of the grid (one report, one family), or, when a protocol names primary metrics, over
+the primary and over the secondary comparisons separately (``rlstab.lab.analysis`` adds the no-op
+seeds, the gates and the trend test, and restates a stored grid).
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ PAIRED_METRICS = ("accuracy_auc", "final_accuracy", "entropy_ratio", "final_entr
 whose paired spread is a fraction of the final accuracy's single evaluation), then the final accuracy,
 the entropy ratio, the final entropy, and where the runs measured them (``pass_k > 0``) the final
 pass@k and distinct right answers per prompt. Holm's family is all of them, in every regime."""
+
+NAMES = {"accuracy_auc": "acc AUC", "final_accuracy": "final acc", "entropy_ratio": "entropy ratio",
+         "final_entropy": "final entropy", "final_pass_at_k": "final pass@k",
+         "final_distinct_correct": "final distinct right answers"}
+"""The paired metrics' names in the report (a protocol may name a metric by its key or by this name)."""
 
 MEASURED_ONLY = frozenset({"final_pass_at_k", "final_distinct_correct"})
 """Metrics that only some runs measure: a report has them only when one of its runs does."""
@@ -58,14 +63,31 @@ def pairs(labels: Sequence[str], baseline: str, given: Iterable[str] = ()) -> di
     return {label: out[label] for label in labels if label in out}
 
 
-def tables(runs: Sequence[dict], labels: Sequence[str], regimes: Sequence[str], pairing: dict[str, str]) -> tuple[dict, dict]:
-    """``(aggregates, paired)`` of ``results.json`` from its ``runs``, Holm-adjusted over all paired differences."""
+def compared_metrics(runs: Sequence[dict], primary: Sequence[str] | None = None) -> list[str]:
+    """The paired metrics of a report: ``PAIRED_METRICS`` (the measured-only ones where a run measured them), then
+    each primary metric not among them."""
+    measured = {m for r in runs for m in MEASURED_ONLY if r["summary"].get(m) is not None}
+    metrics = [m for m in PAIRED_METRICS if m not in MEASURED_ONLY or m in measured]
+    return metrics + [m for m in primary or () if m not in metrics]
+
+
+def tables(runs: Sequence[dict], labels: Sequence[str], regimes: Sequence[str], pairing: dict[str, str], *,
+           same: dict[tuple[str, str], Sequence[int]] | None = None, primary: Sequence[str] | None = None,
+           joined: Sequence[dict] = ()) -> tuple[dict, dict]:
+    """``(aggregates, paired)`` of ``results.json`` from its ``runs``, Holm-adjusted.
+
+    ``same``: ``{(regime, objective): the seeds whose run is its baseline's}`` (``rlstab.lab.no_ops``), left out of
+    the effective n and the MDE. Holm's families: with ``primary`` None, all paired differences of the report
+    (``"all"``); with a list of metrics, the differences of those metrics and the ``joined`` comparisons (a
+    pre-registered trend test) form the ``"primary"`` family and the other differences the ``"secondary"`` one.
+    """
     aggregates: dict = {}
     paired: dict = {}
-    family = []
+    family: list[dict] = []
+    secondary: list[dict] = []
     measured = {m for r in runs for m in MEASURED_ONLY if r["summary"].get(m) is not None}
     metrics = [m for m in METRICS if m not in MEASURED_ONLY or m in measured]
-    paired_metrics = [m for m in PAIRED_METRICS if m not in MEASURED_ONLY or m in measured]
+    paired_metrics = compared_metrics(runs, primary)
     for regime in regimes:
         by_label = {label: {r["seed"]: r["summary"] for r in runs if r["regime"] == regime and r["objective"] == label}
                     for label in labels}
@@ -74,24 +96,20 @@ def tables(runs: Sequence[dict], labels: Sequence[str], regimes: Sequence[str], 
         }
         paired[regime] = {}
         for label, base in pairing.items():
+            seeds = (same or {}).get((regime, label), ())
             paired[regime][label] = {
                 m: paired_difference({k: value(s, m) for k, s in by_label[label].items()},
-                                     {k: value(s, m) for k, s in by_label[base].items()})
+                                     {k: value(s, m) for k, s in by_label[base].items()}, seeds)
                 for m in paired_metrics
             }
-            family += paired[regime][label].values()
-    adjust(family)
+            for m, d in paired[regime][label].items():
+                (family if primary is None or m in primary else secondary).append(d)
+    if primary is None:
+        adjust(family)
+    else:
+        adjust([*family, *joined], "primary")
+        adjust(secondary, "secondary")
     return aggregates, paired
-
-
-def restate(data: dict, given: Iterable[str] = ()) -> dict:
-    """``data`` (a ``results.json``) with its aggregates and paired differences recomputed from its runs'
-    summaries by this version's statistics, pairs from ``given`` (``OBJECTIVE=BASELINE``); runs untouched."""
-    settings = data["settings"]
-    labels = list(settings["objectives"])
-    pairing = pairs(labels, settings["baseline"], given)
-    aggregates, paired = tables(data["runs"], labels, list(settings["regimes"]), pairing)
-    return {**data, "settings": {**settings, "pairs": pairing}, "aggregates": aggregates, "paired": paired}
 
 
 def pairing_of(data: dict) -> dict[str, str]:

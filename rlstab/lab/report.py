@@ -1,10 +1,14 @@
 """``report.md`` and ``curves.png`` of a comparison, from ``results.json`` and each run's ``metrics.jsonl``.
 
 The report gives, per regime, a leaderboard (mean and 95% interval over seeds of each summary
-metric, ordered by the accuracy AUC, the primary metric) and every paired comparison of an objective
-with its baseline: the difference with its 95% interval, wins/ties/losses, the raw p of the paired
-t-test, the Holm-adjusted p over all the report's comparisons, and the minimum detectable effect at
-80% power. In words, it calls a difference distinguishable only when its Holm p is below 0.05.
+metric, ordered by the accuracy AUC), the protocol's firing gates with their outcomes (and its
+fallback when one fails), and every paired comparison of an objective with its baseline: the
+difference with its 95% interval, wins/ties/losses, the effective n (the seeds where the two runs
+differ), the raw p of the paired t-test, the Holm-adjusted p over the comparison's family (all the
+report's comparisons, or its primary and its secondary ones when the protocol names primary metrics),
+and the minimum detectable effect at 80% power under Holm (``rlstab.lab.statistics``); then the
+protocol's trend test, and the (objective, seed) runs identical to their baseline's. In words, it calls
+a difference distinguishable only when its Holm p is below 0.05.
 The curves show, per regime (one column each), the mean over seeds of held-out accuracy, the
 rollouts' reward, entropy, gradient norm and silenced tokens with a band: the 95% t interval of the
 mean at each step (``differences.png``, in ``rlstab.lab.difference_figure``, shows the paired
@@ -19,7 +23,8 @@ from pathlib import Path
 from rlstab.errors import counted
 from rlstab.lab.axes import integer_steps, percent_axis
 from rlstab.lab.checkpoint import read_rows
-from rlstab.lab.paired import PAIRED_METRICS, pairing_of
+from rlstab.lab.no_ops import ROWS
+from rlstab.lab.paired import NAMES, pairing_of
 from rlstab.lab.statistics import ALPHA, POWER, mde_factor, mean_interval
 from rlstab.lab.summary import COLLAPSE_RATIO, TAIL
 
@@ -39,9 +44,6 @@ _LEADERBOARD = (
     ("wall s", "wall_time", 0, 1.0),
 )
 _COLLAPSED_AFTER = "entropy_ratio"  # the collapse count sits beside the ratio it thresholds
-NAMES = {"accuracy_auc": "acc AUC", "final_accuracy": "final acc", "entropy_ratio": "entropy ratio",
-         "final_entropy": "final entropy", "final_pass_at_k": "final pass@k",
-         "final_distinct_correct": "final distinct right answers"}
 
 
 def _num(x, digits: int, scale: float = 1.0) -> str:
@@ -84,6 +86,10 @@ def markdown(data: dict) -> str:
     pairing = pairing_of(data)
     own = {k: v for k, v in pairing.items() if v != s["baseline"]}
     count = sum(d.get("p") is not None for regime in data["paired"].values() for m in regime.values() for d in m.values())
+    count += sum(t.get("p") is not None for t in data.get("trend", {}).values())
+    found = {d["family"]: d["m"] for regime in data["paired"].values() for m in regime.values() for d in m.values()}
+    found.update({t["family"]: t["m"] for t in data.get("trend", {}).values()})
+    families = {name: found[name] for name in _FAMILIES if name in found}
     lines = [
         "# rlstab compare report",
         "",
@@ -100,11 +106,15 @@ def markdown(data: dict) -> str:
         "",
         f"Intervals are 95% Student-t intervals over the {counted(n, 'seed')} (the mean's, not the runs' spread). "
         "Paired differences pair each objective's run with its baseline's of the same seed. "
-        f"p is the two-sided paired t-test's; Holm p is Holm's step-down adjustment over all {count} paired "
-        "comparisons of this report; a difference is called distinguishable only when its Holm p is below "
-        f"{ALPHA:g}. MDE is the smallest true difference the paired t-test would detect with {POWER:.0%} power at "
-        f"two-sided alpha {ALPHA:g} with these seeds: (t(0.975, n-1) + t(0.80, n-1)) x sd / sqrt(n), sd the paired "
-        "differences' standard deviation" + (f" ({mde_factor(n):.3f} x sd at n = {n})." if n >= 2 else "."),
+        f"p is the two-sided paired t-test's; Holm p is Holm's step-down adjustment over {_family_words(families, count)}; "
+        f"a difference is called distinguishable only when its Holm p is below {ALPHA:g}. "
+        "n eff (effective n) counts the seeds where the objective's run is not identical to its baseline's "
+        f"(compared by their {_no_ops(data)['compared']}); on the others the difference is a zero by construction. "
+        f"MDE (Holm, m) is the smallest true difference the paired t-test of the n eff seeds would detect with "
+        f"{POWER:.0%} power at Holm's first step over the comparison's family of m, two-sided alpha {ALPHA:g} / m: "
+        "(t(1 - alpha / (2m), n-1) + t(0.80, n-1)) x sd / sqrt(n), sd the paired differences' standard deviation over "
+        "those seeds (the normal-approximation sample-size formula at the Bonferroni level; the MDE of the comparison "
+        "Holm tests first, a lower bound on the others')" + _factor_words(n, families),
     ]
     for regime, settings in s["regimes"].items():
         lines += ["", f"## Regime `{regime}`", ""]
@@ -113,7 +123,9 @@ def markdown(data: dict) -> str:
         knobs = {k: v for k, v in settings.items() if k not in ("name", "description")}
         lines += ["Settings: " + ", ".join(f"{k} {v}" for k, v in knobs.items() if v is not None), ""]
         lines += _leaderboard(data["aggregates"][regime])
-        lines += _paired_section(data["paired"][regime], pairing, n)
+        lines += _gates_section(data, regime)
+        lines += _paired_section(data["paired"][regime], pairing, n, data.get("trend", {}).get(regime))
+        lines += _no_op_lines(data, regime, pairing, n)
     lines += ["", "## Definitions", "", *_definitions(), ""]
     return "\n".join(lines)
 
@@ -136,32 +148,78 @@ def _leaderboard(agg: dict) -> list[str]:
     return lines
 
 
-def _paired_section(paired: dict, pairing: dict, n: int) -> list[str]:
-    if not paired:
+_FAMILIES = ("all", "primary", "secondary")
+_FAMILY_TITLES = {
+    "primary": "Primary comparisons: Holm's family of the protocol's primary metrics{trend}, m = {m} over the report",
+    "secondary": "Secondary comparisons: a Holm family of their own, m = {m} over the report",
+}
+
+
+def _family_words(families: dict[str, int], count: int) -> str:
+    if set(families) <= {"all"}:
+        return f"all {count} paired comparisons of this report"
+    parts = [f"the {m} {name} comparisons" for name, m in families.items()]
+    return "each family of this report separately (" + " and ".join(parts) + ")"
+
+
+def _factor_words(n: int, families: dict[str, int]) -> str:
+    """`` (2.147 x sd at n = 5, m = 12).``: the MDE's factor at the report's seeds, per family; ``.`` below 2 seeds."""
+    if n < 2 or not families:
+        return "."
+    return " (" + "; ".join(f"{mde_factor(n, ALPHA / max(m, 1)):.3f} x sd at n = {n}, m = {m}" for m in families.values()) + ")."
+
+
+def _no_ops(data: dict) -> dict:
+    return data.get("no_ops") or {"compared": "run summaries", "seeds": {}}
+
+
+def _mde_cell(d: dict) -> str:
+    return "–" if d.get("mde") is None else f"{d['mde']:.3f}"
+
+
+def _paired_section(paired: dict, pairing: dict, n: int, trend: dict | None = None) -> list[str]:
+    if not paired and trend is None:
         return []
-    lines = [
-        "",
-        "Paired by seed (difference: objective minus its baseline; wins/ties/losses over seeds):",
-        "",
-        "| objective | baseline | metric | difference [95% interval] | W/T/L | p | Holm p | MDE |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
-    ]
-    found, raw_only, none = [], [], []
+    rows: dict[str, list[tuple[str, str, dict]]] = {}
     for label, metrics in paired.items():
-        for key in PAIRED_METRICS:
-            d = metrics.get(key)
-            if d is None:
-                continue
-            mde = "–" if d.get("mde") is None else f"{d['mde']:.3f}"
-            lines.append(f"| {label} | {pairing.get(label, '–')} | {NAMES[key]} | {_signed(d)} | "
-                         f"{d['wins']}/{d['ties']}/{d['losses']} | {p_value(d.get('p'))} | {p_value(d.get('p_holm'))} | {mde} |")
-            what = f"{label}'s {NAMES[key]} ({_signed(d)}, Holm p {p_value(d.get('p_holm'))})"
+        for key, d in metrics.items():
+            rows.setdefault(d["family"], []).append((label, key, d))
+    if trend is not None:
+        rows.setdefault("primary", [])
+    lines = ["", "Paired by seed (difference: objective minus its baseline; wins/ties/losses over seeds):"]
+    found, raw_only, none = [], [], []
+    for family in _FAMILIES:
+        if family not in rows:
+            continue
+        members = rows[family]
+        m = members[0][2]["m"] if members else trend["m"]
+        if family != "all":
+            title = _FAMILY_TITLES[family].format(m=m, trend=" and the trend test" if family == "primary" and trend else "")
+            lines += ["", title + ":"]
+        if members:
+            lines += [
+                "",
+                f"| objective | baseline | metric | difference [95% interval] | W/T/L | n eff | p | Holm p | MDE (Holm, m = {m}) |",
+                "|---|---|---|---:|---:|---:|---:|---:|---:|",
+            ]
+        for label, key, d in members:
+            lines.append(f"| {label} | {pairing.get(label, '–')} | {NAMES.get(key, key)} | {_signed(d)} | "
+                         f"{d['wins']}/{d['ties']}/{d['losses']} | {d['n_effective']} | {p_value(d.get('p'))} | "
+                         f"{p_value(d.get('p_holm'))} | {_mde_cell(d)} |")
+        if family == "primary" and trend is not None:
+            lines += _trend_table(trend)
+            members = [*members, ("trend", trend["metric"], trend)]
+        for label, key, d in members:
+            metric = NAMES.get(key, key)
+            name, plain = ((f"the {metric} dose trend",) * 2 if label == "trend"
+                           else (f"{label}'s {metric}", f"{label} {metric}"))
+            tag = "" if family == "all" else f"{family}: "
             if d["distinguishable"]:
-                found.append(what)
+                found.append(f"{name} ({tag}{_signed(d)}, Holm p {p_value(d.get('p_holm'))})")
             elif d.get("p") is not None and d["p"] < ALPHA:
-                raw_only.append(f"{label}'s {NAMES[key]} (p {p_value(d['p'])}, Holm p {p_value(d['p_holm'])})")
+                raw_only.append(f"{name} ({tag}p {p_value(d['p'])}, Holm p {p_value(d['p_holm'])})")
             elif d["distinguishable"] is False:
-                none.append(f"{label} {NAMES[key]}")
+                none.append(plain + ("" if family == "all" else f" ({family})"))
     lines.append("")
     if n < 2:
         lines.append("One seed: no interval, so no difference can be told from noise.")
@@ -173,9 +231,74 @@ def _paired_section(paired: dict, pairing: dict, n: int) -> list[str]:
     return lines
 
 
+def _trend_table(t: dict) -> list[str]:
+    arms = ", ".join(f"{arm} ({dose:g})" for arm, dose in zip(t["arms"], t["doses"]))
+    weights = ", ".join(f"{w:+g}" for w in t["weights"])
+    return [
+        "",
+        f"Dose trend, fixed in the protocol: per seed, the least-squares slope of the {NAMES.get(t['metric'], t['metric'])} "
+        f"on the centred dose ranks ({weights}) of {arms}; a one-sample t-test of the slopes over the seeds.",
+        "",
+        f"| trend | metric | slope per dose step [95% interval] | W/T/L | n | p | Holm p | MDE (Holm, m = {t['m']}) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+        f"| {' < '.join(t['arms'])} | {NAMES.get(t['metric'], t['metric'])} | {_signed(t)} | "
+        f"{t['wins']}/{t['ties']}/{t['losses']} | {t['n']} | {p_value(t.get('p'))} | {p_value(t.get('p_holm'))} | {_mde_cell(t)} |",
+    ]
+
+
+def _no_op_lines(data: dict, regime: str, pairing: dict, n: int) -> list[str]:
+    """One line per objective whose run is its baseline's on some seeds: which seeds, and its effective n."""
+    no_ops = _no_ops(data)
+    how = ("identical per-step rows, the wall-clock time and the fields named by mask labels aside"
+           if no_ops["compared"] == ROWS else "identical run summaries, the wall time aside; the per-step rows were not stored")
+    lines = []
+    for label, seeds in no_ops["seeds"].get(regime, {}).items():
+        if not seeds:
+            continue
+        left = n - len(seeds)
+        what = ("it never differs from its baseline here, so these runs say nothing about its effect" if left == 0 else
+                f"its MDE counts only the {counted(left, 'seed')} where it differs")
+        lines.append(f"No-op seeds: {label}'s runs are {pairing.get(label, '–')}'s on {counted(len(seeds), 'seed')} "
+                     f"({', '.join(map(str, seeds))}; {how}): effective n {left} of {n}; {what}.")
+    return [""] + lines if lines else []
+
+
+def _percent(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.4g}%"
+
+
+def _gates_section(data: dict, regime: str) -> list[str]:
+    """The protocol's gates under ``regime``: each one's outcome, and the fallback when one fails."""
+    outcomes = data.get("gates", {}).get(regime)
+    if not outcomes:
+        return []
+    lines = [
+        "",
+        "Gates, fixed in the protocol before the runs: each arm's mask silences at least the given share of a step's "
+        "valid tokens on at least the given share of its steps (pooled over the seeds):",
+        "",
+        "| arm | mask | silences at least | on at least | steps where it does | median silenced | per seed | outcome |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+    ]
+    for g in outcomes:
+        per_seed = ", ".join(f"{s['seed']}: {_percent(s['share'])}" for s in g["per_seed"])
+        lines.append(f"| {g['arm']} | {g['mask']} | {_percent(g['at_least'])} | {_percent(g['on_share_of_steps'])} | "
+                     f"{_percent(g['share'])} ({g['firing_steps']} of {g['steps']}) | {_percent(g['median_fraction'])} | "
+                     f"{per_seed} | {'passed' if g['passed'] else '**failed**'} |")
+    failed = [g["arm"] for g in outcomes if not g["passed"]]
+    lines.append("")
+    if not failed:
+        lines.append("Every gate passed.")
+        return lines
+    fallback = (data["settings"].get("protocol") or {}).get("fallback")
+    lines.append(f"Failed: {', '.join(failed)}. The protocol's fallback, written before the runs: "
+                 + (" ".join(fallback.split()) if fallback else "none was written."))
+    return lines
+
+
 def _definitions() -> list[str]:
     return [
-        "- acc AUC (the primary metric): area under the held-out accuracy curve divided by the steps (mean accuracy "
+        "- acc AUC (the leaderboard's order, and the primary metric where the protocol names none): area under the held-out accuracy curve divided by the steps (mean accuracy "
         "over training); final acc: held-out accuracy (greedy exact match) after the last step, a single evaluation.",
         f"- final entropy: mean token entropy of the rollouts over the last {TAIL:.0%} of steps; min entropy: the "
         f"lowest step's; entropy ratio: final entropy / step 1's; collapsed: runs whose entropy ratio is below "

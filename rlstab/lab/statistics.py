@@ -10,24 +10,35 @@ Each paired difference also has:
 
 - ``p``: the two-sided paired t-test's p-value, ``t = mean / (sd / sqrt(n))`` with ``n - 1`` degrees
   of freedom (``rlstab.lab.tdist``); with every difference equal, p is 1 when they are 0 and 0 otherwise;
-- ``mde``: the minimum detectable effect of that test at two-sided alpha 0.05 and 80% power,
-  ``(t_{0.975, n-1} + t_{0.80, n-1}) * sd / sqrt(n)`` (the normal-approximation formula for the
-  sample size of a paired t-test, e.g. Chow, Shao and Wang, *Sample Size Calculations in Clinical
-  Research*, 3.1, with t quantiles in place of z): at 5 seeds, (2.776 + 0.941) / sqrt(5) = 1.66 x sd.
+- ``n_effective`` and ``sd_effective``: the seeds where the objective's run is not identical to its
+  baseline's (``rlstab.lab.no_ops``), and the differences' sd over those seeds. On a seed where the two
+  runs are the same run, the difference is a zero by construction, not a draw of the objective's effect;
+- ``mde``: the minimum detectable effect under the report's decision rule, Holm over a family of m
+  comparisons: the effect the paired t-test of the ``n_effective`` seeds detects with 80% power at
+  Holm's first step, two-sided alpha 0.05 / m,
+  ``(t_{1-alpha/(2m), n-1} + t_{0.80, n-1}) * sd / sqrt(n)``. It is the normal-approximation formula
+  for the sample size of a paired t-test (e.g. Chow, Shao and Wang, *Sample Size Calculations in
+  Clinical Research*, 3.1, with t quantiles in place of z) at the Bonferroni level, which is what
+  Holm's first step tests: the MDE of the comparison tested first, a lower bound on the others'
+  (their thresholds, alpha / (m - j + 1), are larger only once a smaller p has been rejected). At
+  8 seeds and m = 18 it is (4.506 + 0.896) / sqrt(8) = 1.910 x sd, against 1.153 x sd at alpha 0.05
+  alone (x1.66). The approximation understates at few seeds and small alpha: the exact power of the
+  t-test (noncentral t) needs about 2.0 x sd there (x1.73);
+- ``mde_uncorrected``: the same at two-sided alpha 0.05 alone (m = 1), which ignores the decision rule.
 
 The intervals keep the 4-decimal ``t975`` table (so published intervals do not move); p and the MDE
 use the exact distribution, which agrees with the table to 6e-5.
 
 On its own, a difference is *distinguishable* from zero when its 95% interval excludes zero (the
 same as p < 0.05, up to the t table's rounding). A report makes many comparisons, so it replaces
-that reading with Holm's (``holm``): ``p_holm`` over every comparison of the report, and a
+that reading with Holm's (``holm``): ``p_holm`` over every comparison of its family, and a
 difference is distinguishable when ``p_holm < 0.05``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from rlstab.lab.tdist import t_quantile, t_two_sided_p
 
@@ -70,12 +81,16 @@ def mean_interval(values: Sequence[float | None]) -> dict:
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
-def paired_difference(values: dict[int, float | None], baseline: dict[int, float | None]) -> dict:
-    """``values - baseline`` paired by seed: mean, 95% t interval, wins/ties/losses, sd, p, p_holm, mde, distinguishable.
+def paired_difference(values: dict[int, float | None], baseline: dict[int, float | None],
+                      same: Collection[int] = ()) -> dict:
+    """``values - baseline`` paired by seed: mean, 95% t interval, wins/ties/losses, sd, p, p_holm, n_effective,
+    sd_effective, mde, mde_uncorrected, distinguishable.
 
-    Seeds where either value is missing are left out. ``distinguishable`` is True when the interval
-    excludes 0, False when it contains it, None with fewer than 2 pairs. ``p_holm`` is ``p``: one
-    comparison is a family of one (``adjust`` replaces both for a report's family).
+    Seeds where either value is missing are left out. ``same``: the seeds whose two runs are identical
+    (``rlstab.lab.no_ops``), left out of ``n_effective``, ``sd_effective`` and the MDEs only.
+    ``distinguishable`` is True when the interval excludes 0, False when it contains it, None with fewer
+    than 2 pairs. ``p_holm`` is ``p`` and ``mde`` is ``mde_uncorrected``: one comparison is a family of
+    one (``adjust`` replaces them for a report's family).
     """
     seeds = sorted(s for s in values if s in baseline and values[s] is not None and baseline[s] is not None)
     diffs = [values[s] - baseline[s] for s in seeds]
@@ -86,12 +101,25 @@ def paired_difference(values: dict[int, float | None], baseline: dict[int, float
     low, high = result["low"], result["high"]
     result["distinguishable"] = None if low is None else bool(low > 0 or high < 0)
     n = len(diffs)
-    sd = math.sqrt(sum((d - result["mean"]) ** 2 for d in diffs) / (n - 1)) if n >= 2 else None
+    sd = sample_sd(diffs)
     result["sd"] = sd
     result["p"] = paired_p(result["mean"], sd, n)
     result["p_holm"] = result["p"]
-    result["mde"] = minimum_detectable_effect(sd, n)
+    acting = [d for s, d in zip(seeds, diffs) if s not in same]
+    result["n_effective"] = len(acting)
+    result["sd_effective"] = sd if len(acting) == n else sample_sd(acting)
+    result["mde_uncorrected"] = minimum_detectable_effect(result["sd_effective"], len(acting))
+    result["mde"] = result["mde_uncorrected"]
     return result
+
+
+def sample_sd(xs: Sequence[float]) -> float | None:
+    """The sample standard deviation (n - 1), None below 2 values."""
+    n = len(xs)
+    if n < 2:
+        return None
+    mean = sum(xs) / n
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
 
 
 def paired_p(mean: float | None, sd: float | None, n: int) -> float | None:
@@ -110,12 +138,15 @@ def mde_factor(n: int, alpha: float = ALPHA, power: float = POWER) -> float:
     return (t_quantile(1 - alpha / 2, n - 1) + t_quantile(power, n - 1)) / math.sqrt(n)
 
 
-def minimum_detectable_effect(sd: float | None, n: int) -> float | None:
-    """The smallest true mean difference a paired t-test of ``n`` pairs detects at two-sided alpha 0.05
-    with 80% power: ``(t_{0.975, n-1} + t_{0.80, n-1}) * sd / sqrt(n)``; None below 2 pairs."""
+def minimum_detectable_effect(sd: float | None, n: int, m: int = 1) -> float | None:
+    """The smallest true mean difference a paired t-test of ``n`` pairs detects with 80% power at Holm's first
+    step over ``m`` comparisons, two-sided alpha 0.05 / m: ``(t_{1-alpha/(2m), n-1} + t_{0.80, n-1}) * sd / sqrt(n)``
+    (the module's docstring gives its source); None below 2 pairs."""
     if sd is None or n < 2 or math.isnan(sd):
         return None
-    return mde_factor(n) * sd
+    if m < 1:
+        raise ValueError(f"m = {m}: a family has at least one comparison")
+    return mde_factor(n, ALPHA / m) * sd
 
 
 def seeds_for(effect: float, sd: float, alpha: float = ALPHA, power: float = POWER) -> int:
@@ -148,9 +179,15 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
-def adjust(differences: Sequence[dict]) -> None:
-    """Holm over ``differences`` (one report's paired differences), in place: each gets ``p_holm``,
-    and ``distinguishable`` becomes ``p_holm < 0.05`` (None where there is no p)."""
-    for d, p in zip(differences, holm([d.get("p") for d in differences])):
+def adjust(differences: Sequence[dict], family: str = "all") -> None:
+    """Holm over ``differences`` (one family of a report's comparisons), in place: each gets ``p_holm``,
+    ``family`` and ``m`` (the family's comparisons with a p), its ``mde`` at Holm's first step, alpha 0.05 / m,
+    over its ``n_effective`` seeds, and ``distinguishable`` becomes ``p_holm < 0.05`` (None where there is no p)."""
+    adjusted = holm([d.get("p") for d in differences])
+    m = sum(p is not None for p in adjusted)
+    for d, p in zip(differences, adjusted):
         d["p_holm"] = p
         d["distinguishable"] = None if p is None else bool(p < ALPHA)
+        d["family"] = family
+        d["m"] = m
+        d["mde"] = minimum_detectable_effect(d.get("sd_effective"), d.get("n_effective", 0), max(m, 1))

@@ -293,10 +293,14 @@ def parses(argv: list[str]) -> None:
 def check_yaml(block: Block, folder, capsys) -> None:
     data = yaml.safe_load(block.text)
     assert isinstance(data, dict), f"{block}: not a mapping"
-    if block.page == "docs/lab.md":  # regime files (test_lab_page checks them against the shipped ones)
+    if block.page == "docs/lab.md":  # regime files (test_lab_page checks them against the shipped ones), or a protocol
         from rlstab.lab import load_regime
+        from rlstab.lab.protocol import validate_protocol
 
-        load_regime({"name": "block", **data})
+        if "gates" in data:
+            validate_protocol(data)
+        else:
+            load_regime({"name": "block", **data})
         return
     assert set(data) <= OBJECTIVE_KEYS, f"{block}: {sorted(set(data) - OBJECTIVE_KEYS)} are not objective fields"
     here = folder(block.page)

@@ -85,7 +85,7 @@ def test_the_python_example_runs(tmp_path, monkeypatch):
     printed = []
     exec(compile(code, "docs/lab.md", "exec"), {"print": printed.append})
     assert set(printed[0]) == {"mean", "low", "high", "n", "wins", "ties", "losses", "distinguishable", "sd", "p",
-                               "p_holm", "mde"}
+                               "p_holm", "mde", "n_effective", "sd_effective", "mde_uncorrected", "family", "m"}
 
 
 def test_the_error_lines_are_what_the_lab_prints(tmp_path, monkeypatch, capsys):
@@ -324,11 +324,21 @@ def test_the_ranges_of_mde_and_the_knife_edge_ratios_are_the_stored_ones():
 
     token = ("stapo", "20-entropy", "stare")
     lag = ("tis", "icepop", "tis-ess")
-    assert (f"the final accuracy's MDE is {mdes('token', 'default', 'final_accuracy', token)} against `dapo`, "
+    vcpo = ("vcpo", "goldilocks", "grpo-ess")
+    assert (f"under Holm over the grid's 32 comparisons, the final accuracy's MDE is "
+            f"{mdes('token', 'default', 'final_accuracy', token)} against `dapo`, "
             f"the AUC's {mdes('token', 'default', 'accuracy_auc', token)}") in prose
-    assert (f"the MDE is {mdes('lag', 'policy-lag', 'accuracy_auc', lag)} for the AUC and "
+    assert (f"under Holm over the 12 comparisons, the MDE is {mdes('lag', 'policy-lag', 'accuracy_auc', lag)} for the AUC and "
             f"{mdes('lag', 'policy-lag', 'final_accuracy', lag)} for the final accuracy") in prose
-    assert f"the AUC's MDE here is {mdes('vcpo', 'policy-lag', 'accuracy_auc', ('vcpo', 'goldilocks', 'grpo-ess'))}" in prose
+    assert (f"the AUC's MDE here, under Holm over the grid's 12 comparisons, is "
+            f"{mdes('vcpo', 'policy-lag', 'accuracy_auc', vcpo)}") in prose
+    # the families the prose names, and every quoted MDE over all 5 seeds (none of these arms has a no-op seed)
+    for grid, regime, objectives, m in (("token", "default", token, 32), ("lag", "policy-lag", lag, 12),
+                                        ("vcpo", "policy-lag", vcpo, 12)):
+        for o in objectives:
+            for metric in ("accuracy_auc", "final_accuracy"):
+                d = _stored(grid, regime, o, metric)
+                assert (d["m"], d["family"], d["n_effective"], d["n"]) == (m, "all", 5, 5)
     ratios = {(r["objective"], r["seed"]): r["summary"]["final_entropy"] / r["summary"]["start_entropy"]
               for r in _grid("token") if r["regime"] == "entropy-collapse"}
     assert (f"grpo's seeds 0 and 1 end at {ratios['grpo', 0]:.3f} and {ratios['grpo', 1]:.3f} (not collapsed), "
@@ -366,9 +376,24 @@ def test_the_collapse_experiments_reading_is_its_stored_runs():
     assert nearest is paired["stapo-dose"]["final_pass_at_k"]
     assert f"p {nearest['p']:.4f}, Holm p {nearest['p_holm']:.4f}" in prose
     moved = max(abs(paired[arm]["entropy_ratio"]["mean"]) for arm in paired)
-    assert f"the entropy ratios moved by at most {moved:.3f}" in prose
-    for arm, mde in (("stapo", "0.014"), ("stapo-dose", "0.071"), ("random-matched", "0.043")):
-        assert f"{paired[arm]['entropy_ratio']['mde']:.3f}" == mde
+    assert f"The entropy ratios moved by at most {moved:.3f}" in prose
+    ratio = {arm: paired[arm]["entropy_ratio"] for arm in paired}
+    assert {d["m"] for d in ratio.values()} == {18} and {d["family"] for d in ratio.values()} == {"all"}
+    assert (f"the decision rule (Holm over the 18 comparisons, at its first step two-sided alpha 0.05 / 18, 80% power): "
+            f"an entropy-ratio difference of {ratio['stapo-dose']['mde']:.3f} (stapo-dose) or "
+            f"{ratio['random-matched']['mde']:.3f} (random-matched) at 8 seeds") in prose
+    no_ops = data["no_ops"]["seeds"]["collapse"]
+    assert data["no_ops"]["compared"] == "per-step rows" and no_ops == {"stapo": [0, 1, 3, 5, 6], "stapo-dose": [],
+                                                                          "random-matched": []}
+    assert (ratio["stapo"]["n_effective"], ratio["stapo-dose"]["n_effective"], ratio["random-matched"]["n_effective"]) == (3, 8, 8)
+    assert (f"`stapo`'s runs are `dapo-shadow`'s on seeds 0, 1, 3, 5 and 6, where S2T never fired: its effective n is "
+            f"{ratio['stapo']['n_effective']}, and over those 3 seeds its MDE is {ratio['stapo']['mde']:.3f}") in prose
+    # What the page first published: the uncorrected MDE, and stapo's over all 8 seeds (its five zeros included)
+    from rlstab.lab.statistics import minimum_detectable_effect
+
+    first = (minimum_detectable_effect(ratio["stapo"]["sd"], 8), ratio["stapo-dose"]["mde_uncorrected"],
+             ratio["random-matched"]["mde_uncorrected"])
+    assert f"(This page first gave {first[0]:.3f}, {first[1]:.3f} and {first[2]:.3f}: at alpha 0.05 alone" in prose
     assert f"{100 * aggregates['stapo-dose']['mean_silenced_fraction']['mean']:.3f}% as stapo-dose's mask" in prose
 
     steps = json.loads(gzip.decompress((ROOT / "docs" / "lab" / "collapse" / "steps.json.gz").read_bytes()))["runs"]
@@ -392,8 +417,9 @@ def test_the_ratio_methods_reading_is_its_stored_runs(objective, metric):
     from rlstab.lab.report import p_value
 
     d = _stored("policy-lag-ratio", "policy-lag", objective, metric)
+    assert (d["m"], d["n_effective"]) == (20, 5)  # the protocol's Holm family; no arm has a no-op seed
     words = (f"{_d(d)} ({d['wins']}/{d['ties']}/{d['losses']}, p {p_value(d['p'])}, Holm p {p_value(d['p_holm'])}, "
-             f"MDE {d['mde']:.3f})")
+             f"Holm MDE {d['mde']:.3f})")
     section = PAGE.split("## The second wave's ratio methods under stale rollouts")[1].split("\n## ")[0]
     assert words in " ".join(section.split()), words
 
@@ -408,3 +434,36 @@ def test_the_ratio_methods_grid_follows_its_protocol():
     assert set(paired) == {"gspo", "luspo", "m2po", "gmpo", "dro"}
     assert sum(len(m) for m in paired.values()) == 20  # the protocol's Holm family: 5 pairs x 4 metrics
     assert data["settings"]["seeds"] == [0, 1, 2, 3, 4] and data["settings"]["steps"] == 60
+
+
+def test_the_statistics_sections_mde_factors():
+    """The Holm MDE's factors the Statistics section quotes, and the exact (noncentral t) ones it compares them with."""
+    from rlstab.lab.statistics import minimum_detectable_effect
+    from rlstab.lab.tdist import t_quantile
+
+    from exact_power import exact_mde
+
+    section = " ".join(PAGE.split("\n## Statistics")[1].split("\n## ")[0].split())
+    t1, t2 = t_quantile(1 - 0.05 / 36, 7), t_quantile(0.8, 7)
+    assert f"At 8 seeds and m = 18 that is ({t1:.3f} + {t2:.3f}) / sqrt(8) = {(t1 + t2) / 8 ** 0.5:.2f} times" in section
+    assert minimum_detectable_effect(1.0, 8, m=18) == (t1 + t2) / 8 ** 0.5
+    words = (f"against {minimum_detectable_effect(1.0, 8):.2f} at alpha 0.05 alone; at 5 seeds and m = 20, "
+             f"{minimum_detectable_effect(1.0, 5, m=20):.2f} against {minimum_detectable_effect(1.0, 5):.2f}")
+    assert words in section
+    assert f"needs about {exact_mde(8, 0.05 / 18):.1f} and {exact_mde(5, 0.05 / 20):.1f} times the sd" in section
+
+
+def test_the_protocol_block_is_a_protocol_and_its_error_line_is_what_the_lab_prints():
+    import yaml
+
+    from rlstab.lab.protocol import validate_protocol
+
+    section = PAGE.split("### Protocols: gates, families and a trend")[1].split("\n## ")[0]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+    protocol = validate_protocol(yaml.safe_load(block))
+    assert set(protocol.gates) == {"stapo", "dapo"} and protocol.primary == ["entropy_ratio"]
+    assert protocol.trend.doses == [0, 0.002, 0.01, 0.05]
+    line = re.search(r"\(`(gates\.stapo\.at_least = 0: [^`]*)`\)", section)[1]
+    with pytest.raises(ConfigError) as err:
+        validate_protocol({"gates": {"stapo": {"mask": "s2t", "at_least": 0, "on_share_of_steps": 0.2}}})
+    assert str(err.value) == f"<protocol>: {line}"

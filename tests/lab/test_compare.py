@@ -52,10 +52,15 @@ def test_outputs_and_their_shape(serial):
     assert all(len(read_rows(out / r["folder"])) == 4 for r in data["runs"])  # step 0 and 3 steps
     tis = data["paired"]["quick-lag"]["tis"]["final_accuracy"]
     assert tis["n"] == 2 and tis["wins"] + tis["ties"] + tis["losses"] == 2
-    assert {"p", "p_holm", "mde", "sd"} <= set(tis) and data["settings"]["pairs"] == {"tis": "grpo"}
+    assert {"p", "p_holm", "mde", "sd", "n_effective", "mde_uncorrected", "family", "m"} <= set(tis)
+    assert data["settings"]["pairs"] == {"tis": "grpo"} and "protocol" not in data["settings"]
+    # tis and grpo differ on every seed (their per-step rows were compared): 4 metrics x 1 pair, one family
+    assert data["no_ops"] == {"compared": "per-step rows", "seeds": {"quick-lag": {"tis": []}}}
+    assert tis["n_effective"] == 2 and tis["family"] == "all" and tis["m"] == 4
     report = (out / "report.md").read_text()
     assert "## Regime `quick-lag`" in report and "| tis | grpo | acc AUC |" in report and "Paired by seed" in report
-    assert "| objective | baseline | metric | difference [95% interval] | W/T/L | p | Holm p | MDE |" in report
+    assert ("| objective | baseline | metric | difference [95% interval] | W/T/L | n eff | p | Holm p | "
+            "MDE (Holm, m = 4) |") in report
     # the per-step rows of every run are stored with the grid
     steps = json.loads((out / "steps.json").read_text())
     assert [(r["objective"], r["seed"]) for r in steps["runs"]] == [(r["objective"], r["seed"]) for r in data["runs"]]
@@ -102,6 +107,31 @@ def test_bad_inputs_fail_before_anything_trains(serial, monkeypatch, kwargs, err
         compare(args.pop("objectives"), out=out, **args)
     assert message in str(err.value)
     assert len(str(err.value).splitlines()) == 1
+
+
+def test_a_protocol_decides_the_families_and_a_misfit_writes_nothing(serial, tmp_path, monkeypatch):
+    import shutil
+
+    import rlstab.lab.run as run
+    from rlstab.lab.protocol import Protocol
+
+    out, data, cache = serial
+    shutil.copytree(out, tmp_path / "out")
+    monkeypatch.setattr(run, "_train", lambda *a, **k: pytest.fail("a finished run was retrained"))
+    results = tmp_path / "out" / "results.json"
+    # a primary metric no run measured (pass@k without pass_k): one line, and results.json is left as it was
+    with pytest.raises(LabError, match=r"^protocol primary\[0\] = 'final_pass_at_k': no run measured it$"):
+        compare(["grpo", "tis"], out=tmp_path / "out", workers=1, cache_dir=cache, protocol=Protocol(primary=["final_pass_at_k"]),
+                **GRID)
+    assert json.loads(results.read_text()) == data
+    again = compare(["grpo", "tis"], out=tmp_path / "out", workers=1, cache_dir=cache,
+                    protocol=Protocol(baseline="grpo", primary=["accuracy_auc"]), **GRID)
+    assert again["settings"]["protocol"]["primary"] == ["accuracy_auc"]
+    tis = again["paired"]["quick-lag"]["tis"]
+    assert (tis["accuracy_auc"]["family"], tis["accuracy_auc"]["m"], tis["final_accuracy"]["m"]) == ("primary", 1, 3)
+    assert tis["accuracy_auc"]["p"] == data["paired"]["quick-lag"]["tis"]["accuracy_auc"]["p"]  # only Holm's family moved
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Primary comparisons: Holm's family of the protocol's primary metrics, m = 1 over the report:" in report
 
 
 def _damage_summary(run: Path) -> Path:

@@ -1,16 +1,14 @@
-"""Each objective against the baseline it names: ``--pair OBJECTIVE=BASELINE``, its one-line errors,
-Holm over a whole report, and a stored grid's statistics recomputed without touching its runs."""
+"""Each objective against the baseline it names: ``--pair OBJECTIVE=BASELINE``, its one-line errors, Holm over a
+whole report or over its primary and secondary families (a stored grid's restatement: tests/lab/test_analysis.py)."""
 
-import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from rlstab.cli import build_parser
 from rlstab.lab import LabError, plan
-from rlstab.lab.paired import PAIRED_METRICS, PairError, pairing_of, pairs, restate, tables
+from rlstab.lab.paired import PAIRED_METRICS, PairError, pairs, tables
 from rlstab.lab.summary import value
 
 LABELS = ["grpo", "dapo", "stapo", "20-entropy", "stare"]
@@ -93,19 +91,6 @@ def test_the_entropy_ratio_of_a_summary_stored_before_it_existed():
     assert value({"final_entropy": None, "start_entropy": 0.4}, "entropy_ratio") is None
 
 
-PUBLISHED = sorted((Path(__file__).parents[2] / "docs" / "lab").glob("**/*.json"))
-
-
-@pytest.mark.parametrize("path", PUBLISHED, ids=[p.stem for p in PUBLISHED])
-def test_the_published_statistics_are_this_versions(path):
-    data = json.loads(path.read_text())
-    own = [f"{k}={v}" for k, v in data["settings"]["pairs"].items() if v != data["settings"]["baseline"]]
-    again = restate(data, own)
-    assert json.loads(json.dumps(again["aggregates"])) == data["aggregates"]
-    assert json.loads(json.dumps(again["paired"])) == data["paired"]
-    assert pairing_of(data) == data["settings"]["pairs"]
-
-
 def test_pass_at_k_joins_the_paired_metrics_only_where_runs_measured_it():
     runs = _runs({"a": [0.5, 0.5, 0.5], "b": [0.6, 0.62, 0.61]})
     for i, run in enumerate(runs):  # b's pass@k 0.1 above a's on every seed; a's distinct answers 2.0, b's 1.5
@@ -118,3 +103,36 @@ def test_pass_at_k_joins_the_paired_metrics_only_where_runs_measured_it():
     assert aggregates["r"]["a"]["final_distinct_correct"]["mean"] == pytest.approx(2.0)
     _, without = tables(_runs({"a": [0.5, 0.5, 0.5], "b": [0.6, 0.62, 0.61]}), ["a", "b"], ["r"], {"b": "a"})
     assert "final_pass_at_k" not in without["r"]["b"]
+
+
+def test_primary_metrics_are_one_holm_family_and_the_others_another():
+    runs = _runs({"a": [0.5, 0.5, 0.5], "b": [0.6, 0.62, 0.61], "c": [0.7, 0.72, 0.71]})
+    _, paired = tables(runs, ["a", "b", "c"], ["r"], {"b": "a", "c": "b"}, primary=["accuracy_auc"])
+    primary = [d for m in paired["r"].values() for k, d in m.items() if k == "accuracy_auc"]
+    secondary = [d for m in paired["r"].values() for k, d in m.items() if k != "accuracy_auc"]
+    assert {d["family"] for d in primary} == {"primary"} and {d["m"] for d in primary} == {2}
+    assert {d["family"] for d in secondary} == {"secondary"} and {d["m"] for d in secondary} == {6}
+    # b's AUC: p 0.002743 (above); c's: p 0 (sd 0). In the primary family of 2, b ranks second: x 1, max(0, p) = p.
+    b = paired["r"]["b"]["accuracy_auc"]
+    assert b["p_holm"] == pytest.approx(b["p"], rel=1e-12)
+    # b's final accuracy, equal to its AUC by construction, ranks second of the secondary 6 (after c's p 0): x 5
+    assert paired["r"]["b"]["final_accuracy"]["p_holm"] == pytest.approx(5 * b["p"], rel=1e-9)
+    # a joined comparison (a trend test) is in the primary family: m = 3, and b's AUC now ranks second of 3: x 2
+    trend = {"p": 0.5}
+    _, paired = tables(runs, ["a", "b", "c"], ["r"], {"b": "a", "c": "b"}, primary=["accuracy_auc"], joined=[trend])
+    assert trend["m"] == 3 and trend["family"] == "primary" and trend["p_holm"] == 0.5
+    assert paired["r"]["b"]["accuracy_auc"]["p_holm"] == pytest.approx(2 * b["p"], rel=1e-9)
+    # a primary metric outside the usual paired ones joins them
+    runs = _runs({"a": [0.5, 0.5, 0.5], "b": [0.6, 0.62, 0.61]})
+    for i, run in enumerate(runs):
+        run["summary"]["mean_grad_norm"] = 1.0 + i / 10
+    _, paired = tables(runs, ["a", "b"], ["r"], {"b": "a"}, primary=["mean_grad_norm"])
+    assert list(paired["r"]["b"]) == ["accuracy_auc", "final_accuracy", "entropy_ratio", "final_entropy", "mean_grad_norm"]
+    assert paired["r"]["b"]["mean_grad_norm"]["family"] == "primary" and paired["r"]["b"]["mean_grad_norm"]["m"] == 1
+
+
+def test_the_no_op_seeds_give_the_effective_n():
+    runs = _runs({"a": [0.5, 0.5, 0.5, 0.5], "b": [0.5, 0.6, 0.7, 0.5]})
+    _, paired = tables(runs, ["a", "b"], ["r"], {"b": "a"}, same={("r", "b"): [0, 3]})
+    d = paired["r"]["b"]["accuracy_auc"]
+    assert d["n"] == 4 and d["n_effective"] == 2 and d["sd_effective"] == pytest.approx(0.1 / 2 ** 0.5)

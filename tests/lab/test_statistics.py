@@ -59,6 +59,8 @@ def test_paired_difference_distinguishable_and_undecided():
 from rlstab.lab.statistics import adjust, holm, mde_factor, minimum_detectable_effect, paired_p, seeds_for  # noqa: E402
 from rlstab.lab.tdist import incomplete_beta, t_cdf, t_quantile, t_two_sided_p  # noqa: E402
 
+from exact_power import exact_mde as _exact_mde  # noqa: E402
+
 
 @pytest.mark.parametrize(("q", "df", "table"), [
     # Student's t table (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2), one-sided upper quantiles
@@ -114,7 +116,8 @@ def test_adjust_makes_holm_the_reading():
     a, b = {"p": 0.01}, {"p": 0.04}
     adjust([a, b, {"p": None}])
     # m = 2: 0.01 x 2 = 0.02 (below 0.05), then max(0.02, 0.04 x 1) = 0.04 (below 0.05)
-    assert a == {"p": 0.01, "p_holm": pytest.approx(0.02), "distinguishable": True}
+    # no sd or effective n given: no MDE; the family's name and its m (the comparisons with a p) are recorded
+    assert a == {"p": 0.01, "p_holm": pytest.approx(0.02), "distinguishable": True, "family": "all", "m": 2, "mde": None}
     assert b["p_holm"] == pytest.approx(0.04) and b["distinguishable"] is True
     c, d = {"p": 0.02}, {"p": 0.03}
     adjust([c, d, {"p": 0.2}])
@@ -152,3 +155,64 @@ def test_seeds_for_an_effect():
     assert seeds_for(1.0, 0.0) == 2
     with pytest.raises(ValueError):
         seeds_for(0.0, 0.1)
+
+
+# --- the MDE under Holm, and the effective n ------------------------------------------------------
+
+
+def _t_cdf_by_simpson(t: float, df: int, steps: int = 20_000) -> float:
+    """P(T <= t) by Simpson's rule on the t density (independent of the incomplete beta): 1/2 + integral from 0 to t."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    h = t / steps
+    f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(steps + 1)]
+    return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+
+
+def test_the_holm_mde_at_the_issues_numbers():
+    # t(1 - 0.05/36, 7) = 4.5062: checked against the t density integrated by Simpson's rule, not the incomplete beta
+    assert _t_cdf_by_simpson(4.5062, 7) == pytest.approx(1 - 0.05 / 36, abs=2e-6)
+    assert _t_cdf_by_simpson(0.8960, 7) == pytest.approx(0.80, abs=2e-5)
+    # n = 8, one true effect among m = 18: (4.5062 + 0.8960) / sqrt(8) = 1.9100 x sd, against (2.3646 + 0.8960) / sqrt(8)
+    # = 1.1528 x sd at alpha 0.05 alone: x1.657
+    holm8, raw8 = minimum_detectable_effect(1.0, 8, m=18), minimum_detectable_effect(1.0, 8)
+    assert holm8 == pytest.approx((4.5062 + 0.8960) / math.sqrt(8), abs=1e-4)
+    assert raw8 == pytest.approx(1.1528, abs=1e-4) and holm8 / raw8 == pytest.approx(1.657, abs=1e-3)
+    # n = 5, m = 20: t(1 - 0.05/40, 4) = 6.7583, t(0.80, 4) = 0.9410: (6.7583 + 0.9410) / sqrt(5) = 3.4432; x2.071
+    assert _t_cdf_by_simpson(6.7583, 4) == pytest.approx(1 - 0.05 / 40, abs=2e-6)
+    holm5 = minimum_detectable_effect(1.0, 5, m=20)
+    assert holm5 == pytest.approx((6.7583 + 0.9410) / math.sqrt(5), abs=1e-4)
+    assert holm5 / minimum_detectable_effect(1.0, 5) == pytest.approx(2.071, abs=1e-3)
+    # The issue's "about 2.0 sd, x1.73" and "x2.24" are the exact power of the t-test (noncentral t), which the
+    # normal-approximation formula understates at these small alphas and few seeds (by 4% and 8%):
+    exact8, exact8_raw = _exact_mde(8, 0.05 / 18), _exact_mde(8, 0.05)
+    assert exact8 == pytest.approx(1.99, abs=0.01) and exact8_raw == pytest.approx(1.15, abs=0.01)
+    assert exact8 / exact8_raw == pytest.approx(1.73, abs=0.01)
+    assert _exact_mde(5, 0.05 / 20) / _exact_mde(5, 0.05) == pytest.approx(2.24, abs=0.01)
+    assert holm8 < exact8 and holm5 < _exact_mde(5, 0.05 / 20)
+    # m = 1 is the uncorrected MDE; m below 1 is no family
+    assert minimum_detectable_effect(0.1, 5, m=1) == minimum_detectable_effect(0.1, 5)
+    with pytest.raises(ValueError):
+        minimum_detectable_effect(0.1, 5, m=0)
+
+
+def test_the_effective_n_leaves_out_the_seeds_where_the_runs_are_the_same():
+    # Seeds 0 and 1 are no-ops (difference 0 by construction); seeds 2, 3, 4 differ by 0.1, 0.2, 0.3.
+    d = paired_difference({s: 0.5 + x for s, x in enumerate([0.0, 0.0, 0.1, 0.2, 0.3])}, dict.fromkeys(range(5), 0.5),
+                          same={0, 1})
+    # Everything but the effective n and the MDE is over all 5 seeds: mean 0.12, ties 2
+    assert d["n"] == 5 and d["mean"] == pytest.approx(0.12) and d["ties"] == 2
+    # over the 3 acting seeds: sd of 0.1, 0.2, 0.3 = 0.1; df 2, whose quantiles have a closed form,
+    # t_q = (2q - 1) / sqrt(2 q (1 - q)): t(0.975, 2) = 0.95 / sqrt(0.04875) = 4.30265, t(0.80, 2) = 0.6 / sqrt(0.32) = 1.06066
+    assert d["n_effective"] == 3 and d["sd_effective"] == pytest.approx(0.1)
+    assert d["mde_uncorrected"] == pytest.approx((4.30265 + 1.06066) * 0.1 / math.sqrt(3), abs=1e-5)  # 0.30966
+    assert d["mde"] == d["mde_uncorrected"]  # a family of one
+    # the sd over all 5 seeds counts the two zeros: deviations from 0.12 squared sum to 0.068, sd sqrt(0.068 / 4)
+    assert d["sd"] == pytest.approx(math.sqrt(0.068 / 4))
+    # In a family of m = 2: Holm's first step tests at 0.05 / 2, t(1 - 0.0125, 2) = 0.975 / sqrt(0.0246875) = 6.20535
+    adjust([d, {"p": 0.5}])
+    assert d["m"] == 2 and d["family"] == "all"
+    assert d["mde"] == pytest.approx((6.20535 + 1.06066) * 0.1 / math.sqrt(3), abs=1e-5)  # 0.41951
+    # fewer than 2 acting seeds: no MDE; no seed left out: the effective n is n and its sd is sd
+    assert paired_difference({0: 0.5, 1: 0.7}, {0: 0.5, 1: 0.5}, same={0})["mde"] is None
+    whole = paired_difference({0: 0.6, 1: 0.7, 2: 0.9}, {0: 0.5, 1: 0.5, 2: 0.5})
+    assert whole["n_effective"] == 3 and whole["sd_effective"] == whole["sd"]
