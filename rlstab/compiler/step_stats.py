@@ -17,7 +17,7 @@ class StepStats:
         counts: the denominators (kept and valid tokens and responses, padded length, world size).
         thresholds: one per mask, then one per shadow mask: its threshold (0-d tensor) or None; a
             tuple of them (each or None) for a mask whose ``quantile_request`` returns a list of
-            requests; ``(m, n, cut)`` for a counted mask (``random_silence``).
+            requests; ``(m, n, cut, share)`` for a counted mask (``random_silence``).
         advantage: the fitted estimator state, or None when the batches carried advantages.
         hooks: one step value per reweighter, then one for the surrogate, then one per regulariser (``begin_step``'s result).
         branch_counts: with ``dual_stream``, the denominators of the branch stream's rows; those of

@@ -7,7 +7,8 @@ the whole step (every micro-batch, every rank) and hands the frozen threshold ba
 
 A *counted* mask (``counted = True``: ``random_silence``) silences a number of tokens fixed over the
 step instead: it provides ``candidates(t)``, ``keys(t)`` and ``target(n, matched)``, and the step
-hands ``keep`` the tuple ``(target, candidates, cut)`` (see ``rlstab.compiler.counted``).
+hands ``keep`` the tuple ``(target, candidates, cut, share)`` (see ``rlstab.compiler.counted``): its
+keep is 0 or 1 but at the cut, where candidates with tied keys share what is left of the count.
 """
 
 from __future__ import annotations

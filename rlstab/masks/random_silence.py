@@ -61,9 +61,11 @@ class RandomSilence(Mask):
     Among the *candidates* (valid tokens, with $A > 0$ under ``positive_only``; $n$ of them in the
     step, over every micro-batch and rank), silence the $m$ with the smallest random keys:
 
-    $$\text{silence iff } \text{candidate}_t \wedge \text{key}_t < \kappa, \qquad \kappa = \text{key}_{(m+1)}$$
+    $$1 - \text{keep}_t = \text{candidate}_t \cdot \Big([\text{key}_t < \kappa]
+      + \frac{m - b}{c}\,[\text{key}_t = \kappa]\Big), \qquad \kappa = \text{key}_{(m)}$$
 
-    ($\text{key}_{(j)}$ the j-th smallest candidate key; $\kappa = +\infty$ when $m = n$), where
+    ($\text{key}_{(j)}$ the j-th smallest candidate key, $b$ the candidates with a key below
+    $\kappa$ and $c \ge 1$ those with a key equal to it; nothing is silenced when $m = 0$), where
 
     - ``fraction: f``: $m = \lfloor f n + 1/2 \rfloor$, the nearest count to $f n$;
     - ``match: <mask>``: $m$ = the candidates that mask silences in the same step (a mask of
@@ -88,11 +90,21 @@ class RandomSilence(Mask):
       over the step's candidates (gathered as the entropy quantiles, always in the exact mode,
       whatever ``quantile_mode``). Hence the silenced tokens, and their number $m$, are the same
       whatever the micro-batch split and the number of ranks. A ``torch.Generator`` over each
-      micro-batch would not be. Identical responses (the same old log-probabilities) draw
-      identical keys.
-    - **Exactness**: keys take about $2^{31}$ values; the count is exactly $m$ unless the m-th
-      and (m+1)-th smallest candidate keys are equal (probability below $n / 2^{30}$ per step;
-      then fewer are silenced). The same on CPU and GPU (integer arithmetic; checked on an H100).
+      micro-batch would not be.
+    - **Ties, and exactness.** Identical responses (the same old log-probabilities: in practice
+      the same prompt and the same tokens) draw identical keys, and they are common where answers
+      are short. Nothing in the batch tells such copies apart but their place in it, which the
+      split and the ranks change, so ties at the cut are resolved by sharing: the $c$ candidates
+      whose key equals $\kappa$ are each silenced by $(m - b)/c$ of a token. The silenced mass is
+      exactly $m$ in every step (up to float32 rounding of the share), whatever the ties, the
+      split and the ranks. Copies at the cut are the same token in the same context with the same
+      advantage, so under token-sum and token-mean aggregations (DAPO's, STAPO's) the update is
+      the one silencing $m - b$ of them wholly would give; under a per-sequence mean it differs
+      only in those rows' kept-token denominators (by less than one token each). With distinct
+      keys (about $2^{31}$ values) $c = 1$ and every token is kept or silenced whole. The
+      previous rule (silence iff $\text{key} < \text{key}_{(m+1)}$) silenced none of a tied
+      pair at the cut: with one-token targets and duplicated answers it under-dosed the control.
+      The same on CPU and GPU (integer keys; checked on an H100).
     - **positive_only** (default true): candidates are the valid tokens with $A > 0$, the
       population S2T silences from, so the control differs from S2T only in which tokens.
     - **match** counts the matched mask's silenced tokens among these candidates (for S2T all it
@@ -117,8 +129,8 @@ class RandomSilence(Mask):
     """Seed of the per-token hash."""
 
     counted: ClassVar[bool] = True
-    threshold_names: ClassVar[tuple[str | None, ...]] = ("target", "candidates", None)
-    """The step's ``(m, n, cut)``: m and n reported, the cut (a key) not."""
+    threshold_names: ClassVar[tuple[str | None, ...]] = ("target", "candidates", None, None)
+    """The step's ``(m, n, cut, share)``: m and n reported, the cut (a key) and the tied candidates' share not."""
 
     @model_validator(mode="after")
     def _one_mode(self):
@@ -144,8 +156,10 @@ class RandomSilence(Mask):
     def keep(self, t: Tokens, threshold) -> torch.Tensor:
         if threshold is None:  # no candidate in the step
             return torch.ones_like(t.logprobs)
-        cut = threshold[2]
-        silenced = torch.lt(self.keys(t), cut, out=torch.empty_like(t.logprobs)).mul_(self.candidates(t))
+        _, _, cut, share = threshold
+        keys = self.keys(t)
+        silenced = torch.lt(keys, cut, out=torch.empty_like(t.logprobs))
+        silenced.add_(torch.eq(keys, cut).to(silenced.dtype).mul_(share)).mul_(self.candidates(t))
         return silenced.neg_().add_(1.0)
 
     def describe(self) -> str:

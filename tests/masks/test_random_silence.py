@@ -202,3 +202,87 @@ def test_the_count_is_exact_on_the_radix_path_and_the_device_path(monkeypatch, o
     fraction = rlstab.load({"extends": "grpo", "masks": [{"kind": "random_silence", "fraction": 0.25}]}).compile()(batch)
     n = fraction.metrics["mask/random_silence/candidates"]
     assert fraction.metrics["mask/random_silence/silenced"] == int(0.25 * n + 0.5)
+
+
+# Ties: identical responses draw identical keys, and the tied candidates at the cut share what is left of m.
+
+
+def with_copies(batch, copies: dict[int, int]):
+    """``batch`` with row ``dst`` replaced by an exact copy of row ``src`` for each ``dst: src``."""
+    fields = {}
+    for name in batch.__dataclass_fields__:
+        value = getattr(batch, name)
+        if isinstance(value, torch.Tensor) and value.shape[:1] == batch.response_mask.shape[:1]:
+            value = value.detach().clone()
+            for dst, src in copies.items():
+                value[dst] = value[src]
+            value = value.requires_grad_(getattr(batch, name).requires_grad)
+        fields[name] = value
+    return rlstab.TokenBatch(**fields)
+
+
+def test_two_identical_one_token_responses_share_a_one_token_target():
+    # Two copies of one rewarded one-token response (A = +1): n = 2 candidates with the same key, and
+    # fraction 0.5 gives m = floor(2 * 0.5 + 1/2) = 1. The cut is the 1st smallest key, shared by both
+    # (b = 0 below it, c = 2 at it), so each is silenced by (1 - 0) / 2. The rule before silenced key < key_(2)
+    # = that same key: none of them.
+    old = torch.tensor([[-0.3], [-0.3]])
+    batch = rlstab.TokenBatch(logprobs=old.clone().requires_grad_(), old_logprobs=old,
+                              advantages=torch.tensor([1.0, 1.0]), response_mask=torch.ones(2, 1, dtype=torch.bool))
+    compiled = rlstab.load({"extends": "dapo", "masks": [{"kind": "random_silence", "fraction": 0.5}]}).compile()
+    out = compiled(batch)
+    assert compiled.mask_silences(batch)["random_silence"].tolist() == [[0.5], [0.5]]
+    assert out.metrics["mask/random_silence/silenced"] == 1.0 and out.metrics["mask/random_silence/target"] == 1.0
+    # The update is the one silencing one copy wholly: DAPO's token mean over the 2 valid tokens, ratio 1, A = 1:
+    # loss = -(0.5 * 1 + 0.5 * 1) / 2 = -0.5 (one copy silenced: -(0 + 1) / 2, the same), each copy's gradient
+    # -0.5 / 2 = -0.25 (summed over the copies: -0.5, as the kept copy's alone).
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-0.5)
+    assert batch.logprobs.grad.tolist() == [[-0.25], [-0.25]]
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.05, 0.1, 0.37, 0.5, 0.9])
+def test_with_identical_responses_the_silenced_mass_is_the_target(fraction):
+    # Rows 8-15 copy rows 0-7 (old log-probabilities, advantages, everything): every candidate key comes in
+    # pairs, so an odd m cuts a pair in two. m = floor(f n + 1/2) whatever the ties.
+    batch = with_copies(random_batch(B=16, T=24, seed=3, advantages="sequence"), {8 + i: i for i in range(8)})
+    compiled = rlstab.load({"extends": "dapo", "masks": [{"kind": "random_silence", "fraction": fraction}]}).compile()
+    out = compiled(batch)
+    silenced = compiled.mask_silences(batch)["random_silence"]
+    n = out.metrics["mask/random_silence/candidates"]
+    m = int(fraction * n + 0.5)
+    assert n > 40 and n % 2 == 0
+    assert out.metrics["mask/random_silence/target"] == m
+    assert out.metrics["mask/random_silence/silenced"] == pytest.approx(m, abs=1e-4)
+    assert silenced.sum().item() == pytest.approx(m, abs=1e-4)
+    assert torch.equal(silenced[:8], silenced[8:])  # copies are treated alike
+    halves = ((silenced > 0) & (silenced < 1)).sum().item()
+    assert halves == (2 if m % 2 else 0)  # an odd m leaves one pair at the cut, each copy silenced by 1/2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
+def test_match_against_s2t_is_exact_with_identical_responses(seed):
+    # Rows 12-15 copy rows 0-3: S2T silences a copied token in both copies, but the count it fixes, m, may be
+    # odd, and the random keys of copies tie; the control still silences exactly m.
+    batch = with_copies(random_batch(B=16, T=24, seed=seed, advantages="sequence"), {12 + i: i for i in range(4)})
+    compiled = s2t_and_control({"kind": "random_silence", "match": "shadow/s2t", "seed": seed}, shadow=True).compile()
+    stats = compiled.gather([batch])
+    silences = compiled.mask_silences(batch, stats)
+    s2t, control = silences["shadow/s2t"], silences["random_silence"]
+    assert s2t.sum() > 3
+    assert control.sum().item() == pytest.approx(s2t.sum().item(), abs=1e-4)
+    positive = (batch.advantages > 0).unsqueeze(-1).expand_as(control)
+    assert bool((control[~positive] == 0).all())
+
+
+def test_shared_ties_do_not_depend_on_the_micro_batch_split():
+    # Rows 8-15 copy rows 0-7, so every copy sits in another micro-batch than its original under these splits.
+    batch = with_copies(random_batch(B=16, T=24, seed=11, advantages="sequence"), {8 + i: i for i in range(8)})
+    for fraction in (0.1, 0.3):
+        compiled = s2t_and_control({"kind": "random_silence", "fraction": fraction}, shadow=True).compile()
+        whole = split_silences(compiled, batch, [(0, 16)])
+        shared = whole["random_silence"]
+        m = round(shared.sum().item())
+        assert ((shared > 0) & (shared < 1)).sum() == (2 if m % 2 else 0)
+        for splits in ([(0, 3), (3, 8), (8, 12), (12, 16)], [(0, 1), (1, 13), (13, 16)]):
+            assert all(torch.equal(whole[k], v) for k, v in split_silences(compiled, batch, splits).items())
