@@ -27,7 +27,8 @@ PAIRED_METRICS = ("accuracy_auc", "final_accuracy", "entropy_ratio", "final_entr
 """The paired comparisons of a report, primary first: the accuracy AUC (a mean over the evaluations,
 whose paired spread is a fraction of the final accuracy's single evaluation), then the final accuracy,
 the entropy ratio, the final entropy, and where the runs measured them (``pass_k > 0``) the final
-pass@k and distinct right answers per prompt. Holm's family is all of them, in every regime."""
+pass@k and distinct right answers per prompt. Holm's family is all of them, in every regime, unless a
+protocol names primary metrics (then the primary ones and the others are two families)."""
 
 NAMES = {"accuracy_auc": "acc AUC", "final_accuracy": "final acc", "entropy_ratio": "entropy ratio",
          "final_entropy": "final entropy", "final_pass_at_k": "final pass@k",
