@@ -1,5 +1,5 @@
-"""The exact power of a two-sided paired t-test (noncentral t), computed by quadrature: an independent check of the
-lab's normal-approximation MDE (tests/lab/test_statistics.py, tests/docs/test_lab_page.py)."""
+"""The exact power of a two-sided paired t-test (noncentral t), computed by another quadrature: an independent check of
+the lab's exact MDE, rlstab.lab.power (tests/lab/test_power.py, tests/lab/test_statistics.py, tests/docs/test_lab_page.py)."""
 
 import math
 
@@ -9,8 +9,8 @@ from rlstab.lab.tdist import t_quantile
 def exact_mde(n: int, alpha: float, steps: int = 1500) -> float:
     """The effect (in sd) the two-sided paired t-test of ``n`` pairs detects with exactly 80% power: the power is the
     noncentral t's, lam = effect x sqrt(n), the mean over V ~ chi2(n - 1) of Phi(lam - c s) + Phi(-lam - c s) with
-    s = sqrt(V / df), by the midpoint rule over V in [0, 60 df]; bisection on the effect. Independent of the
-    report's normal-approximation formula."""
+    s = sqrt(V / df), by the midpoint rule over V in [0, 60 df]; bisection on the effect in [0, 6]. Independent of
+    rlstab.lab.power's Simpson rule over S and Newton steps."""
     df = n - 1
     c = t_quantile(1 - alpha / 2, df)
     h = 60.0 * df / steps

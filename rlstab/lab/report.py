@@ -6,9 +6,10 @@ fallback when one fails), and every paired comparison of an objective with its b
 difference with its 95% interval, wins/ties/losses, the effective n (the seeds where the two runs
 differ), the raw p of the paired t-test, the Holm-adjusted p over the comparison's family (all the
 report's comparisons, or its primary and its secondary ones when the protocol names primary metrics),
-and the minimum detectable effect at 80% power under Holm (``rlstab.lab.statistics``); then the
-protocol's trend test, and the (objective, seed) runs identical to their baseline's. In words, it calls
-a difference distinguishable only when its Holm p is below 0.05.
+and the minimum detectable effect at 80% power under Holm, from the t-test's exact (noncentral t) power
+(``rlstab.lab.statistics``, ``rlstab.lab.power``); then the protocol's trend test, and the (objective,
+seed) runs identical to their baseline's. In words, it calls a difference distinguishable only when its
+Holm p is below 0.05.
 The curves show, per regime (one column each), the mean over seeds of held-out accuracy, the
 rollouts' reward, entropy, gradient norm and silenced tokens with a band: the 95% t interval of the
 mean at each step (``differences.png``, in ``rlstab.lab.difference_figure``, shows the paired
@@ -25,7 +26,8 @@ from rlstab.lab.axes import integer_steps, percent_axis
 from rlstab.lab.checkpoint import read_rows
 from rlstab.lab.no_ops import ROWS
 from rlstab.lab.paired import NAMES, pairing_of
-from rlstab.lab.statistics import ALPHA, POWER, mde_factor, mean_interval
+from rlstab.lab.power import mde_factor
+from rlstab.lab.statistics import ALPHA, POWER, mean_interval
 from rlstab.lab.summary import COLLAPSE_RATIO, TAIL
 
 REPORT_FILE = "report.md"
@@ -110,11 +112,12 @@ def markdown(data: dict) -> str:
         f"a difference is called distinguishable only when its Holm p is below {ALPHA:g}. "
         "n eff (effective n) counts the seeds where the objective's run is not identical to its baseline's "
         f"(compared by their {_no_ops(data)['compared']}); on the others the difference is a zero by construction. "
-        f"MDE (Holm, m) is the smallest true difference the paired t-test of the n eff seeds would detect with "
-        f"{POWER:.0%} power at Holm's first step over the comparison's family of m, two-sided alpha {ALPHA:g} / m: "
-        "(t(1 - alpha / (2m), n-1) + t(0.80, n-1)) x sd / sqrt(n), sd the paired differences' standard deviation over "
-        "those seeds (the normal-approximation sample-size formula at the Bonferroni level; the MDE of the comparison "
-        "Holm tests first, a lower bound on the others')" + _factor_words(n, families),
+        f"MDE (Holm, m) is the smallest true difference the two-sided paired t-test of the n eff seeds would detect "
+        f"with {POWER:.0%} power at Holm's first step over the comparison's family of m, two-sided alpha {ALPHA:g} / m: "
+        "d x sd, sd the paired differences' standard deviation over those seeds and d the effect whose exact power, "
+        "P(|T'| > t(1 - alpha / (2m), n-1)) with T' noncentral t (n-1 degrees of freedom, noncentrality d sqrt(n)), "
+        f"is {POWER:.0%}.{_factor_words(data)} Holm's first step is the Bonferroni level, so this is the MDE of the "
+        "comparison Holm tests first, a lower bound on the others'.",
     ]
     for regime, settings in s["regimes"].items():
         lines += ["", f"## Regime `{regime}`", ""]
@@ -162,11 +165,16 @@ def _family_words(families: dict[str, int], count: int) -> str:
     return "each family of this report separately (" + " and ".join(parts) + ")"
 
 
-def _factor_words(n: int, families: dict[str, int]) -> str:
-    """`` (2.147 x sd at n = 5, m = 12).``: the MDE's factor at the report's seeds, per family; ``.`` below 2 seeds."""
-    if n < 2 or not families:
-        return "."
-    return " (" + "; ".join(f"{mde_factor(n, ALPHA / max(m, 1)):.3f} x sd at n = {n}, m = {m}" for m in families.values()) + ")."
+def _factor_words(data: dict) -> str:
+    """`` Here d is 1.995 at n = 8, m = 18; 13.895 at n = 3, m = 18.``: d at each distinct (n eff, m) of the report's
+    MDEs, once each, by m and then by n descending; nothing where there is no MDE."""
+    tests = [d for regime in data["paired"].values() for metrics in regime.values() for d in metrics.values()]
+    tests += list(data.get("trend", {}).values())
+    found = {(d["n_effective"], d["m"]) for d in tests if d.get("mde") is not None}
+    if not found:
+        return ""
+    return " Here d is " + "; ".join(f"{mde_factor(n, ALPHA / max(m, 1)):.3f} at n = {n}, m = {m}"
+                                     for n, m in sorted(found, key=lambda nm: (nm[1], -nm[0]))) + "."
 
 
 def _no_ops(data: dict) -> dict:

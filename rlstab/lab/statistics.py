@@ -14,20 +14,20 @@ Each paired difference also has:
   baseline's (``rlstab.lab.no_ops``), and the differences' sd over those seeds. On a seed where the two
   runs are the same run, the difference is a zero by construction, not a draw of the objective's effect;
 - ``mde``: the minimum detectable effect under the report's decision rule, Holm over a family of m
-  comparisons: the effect the paired t-test of the ``n_effective`` seeds detects with 80% power at
-  Holm's first step, two-sided alpha 0.05 / m,
-  ``(t_{1-alpha/(2m), n-1} + t_{0.80, n-1}) * sd / sqrt(n)``. It is the normal-approximation formula
-  for the sample size of a paired t-test (e.g. Chow, Shao and Wang, *Sample Size Calculations in
-  Clinical Research*, 3.1, with t quantiles in place of z) at the Bonferroni level, which is what
-  Holm's first step tests: the MDE of the comparison tested first, a lower bound on the others'
-  (their thresholds, alpha / (m - j + 1), are larger only once a smaller p has been rejected). At
-  8 seeds and m = 18 it is (4.506 + 0.896) / sqrt(8) = 1.910 x sd, against 1.153 x sd at alpha 0.05
-  alone (x1.66). The approximation understates at few seeds and small alpha: the exact power of the
-  t-test (noncentral t) needs about 2.0 x sd there (x1.73);
+  comparisons: the smallest true mean difference the two-sided paired t-test of the ``n_effective`` seeds
+  detects with 80% power at Holm's first step, two-sided alpha 0.05 / m, in units of ``sd_effective``:
+  ``mde_factor(n, 0.05 / m) * sd``, the d with ``P(|T'| > t_{1-alpha/(2m), n-1}) = 0.8``, T' noncentral t
+  with n - 1 degrees of freedom and noncentrality ``d sqrt(n)`` (``rlstab.lab.power``, which gives the
+  integral and its source: Chow, Shao and Wang, *Sample Size Calculations in Clinical Research*, 3.1;
+  Cohen 1988). Holm's first step is the Bonferroni level, so this is the MDE of the comparison Holm tests
+  first, a lower bound on the others' (their thresholds, alpha / (m - j + 1), are larger only once a smaller
+  p has been rejected). At 8 seeds and m = 18 it is 1.995 x sd, against 1.156 x sd at alpha 0.05 alone
+  (x1.73); at 5 seeds and m = 20, 3.776 against 1.682 (x2.24). The normal-approximation sample-size formula,
+  ``(t_{1-alpha/(2m), n-1} + t_{0.80, n-1}) / sqrt(n)``, understates these by 4% and 9%;
 - ``mde_uncorrected``: the same at two-sided alpha 0.05 alone (m = 1), which ignores the decision rule.
 
 The intervals keep the 4-decimal ``t975`` table (so published intervals do not move); p and the MDE
-use the exact distribution, which agrees with the table to 6e-5.
+use the exact distributions (t, noncentral t), which agree with the table to 6e-5.
 
 On its own, a difference is *distinguishable* from zero when its 95% interval excludes zero (the
 same as p < 0.05, up to the t table's rounding). A report makes many comparisons, so it replaces
@@ -40,7 +40,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 
-from rlstab.lab.tdist import t_quantile, t_two_sided_p
+from rlstab.lab.power import mde_factor
+from rlstab.lab.tdist import t_two_sided_p
 
 ALPHA = 0.05
 POWER = 0.8
@@ -131,17 +132,10 @@ def paired_p(mean: float | None, sd: float | None, n: int) -> float | None:
     return t_two_sided_p(mean / (sd / math.sqrt(n)), n - 1)
 
 
-def mde_factor(n: int, alpha: float = ALPHA, power: float = POWER) -> float:
-    """``(t_{1-alpha/2, n-1} + t_{power, n-1}) / sqrt(n)``: the MDE in units of the paired sd (1.662 at n = 5)."""
-    if n < 2:
-        raise ValueError(f"n = {n}: the minimum detectable effect needs at least 2 pairs")
-    return (t_quantile(1 - alpha / 2, n - 1) + t_quantile(power, n - 1)) / math.sqrt(n)
-
-
 def minimum_detectable_effect(sd: float | None, n: int, m: int = 1) -> float | None:
-    """The smallest true mean difference a paired t-test of ``n`` pairs detects with 80% power at Holm's first
-    step over ``m`` comparisons, two-sided alpha 0.05 / m: ``(t_{1-alpha/(2m), n-1} + t_{0.80, n-1}) * sd / sqrt(n)``
-    (the module's docstring gives its source); None below 2 pairs."""
+    """The smallest true mean difference the two-sided paired t-test of ``n`` pairs detects with 80% power at Holm's
+    first step over ``m`` comparisons, two-sided alpha 0.05 / m: ``mde_factor(n, 0.05 / m) * sd``, the exact
+    (noncentral t) minimum detectable effect of ``rlstab.lab.power``; None below 2 pairs."""
     if sd is None or n < 2 or math.isnan(sd):
         return None
     if m < 1:
@@ -151,7 +145,7 @@ def minimum_detectable_effect(sd: float | None, n: int, m: int = 1) -> float | N
 
 def seeds_for(effect: float, sd: float, alpha: float = ALPHA, power: float = POWER) -> int:
     """The fewest seeds whose paired t-test detects ``effect`` with that power: the least n >= 2 with
-    ``(t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n) <= |effect|``."""
+    ``mde_factor(n, alpha, power) * sd <= |effect|`` (the exact power, ``rlstab.lab.power``)."""
     if effect == 0 or sd < 0:
         raise ValueError(f"effect {effect}, sd {sd}: a non-zero effect and a non-negative sd")
     n = 2

@@ -387,12 +387,17 @@ def test_the_collapse_experiments_reading_is_its_stored_runs():
     assert data["no_ops"]["compared"] == "per-step rows" and no_ops == {"stapo": [0, 1, 3, 5, 6], "stapo-dose": [],
                                                                           "random-matched": []}
     assert (ratio["stapo"]["n_effective"], ratio["stapo-dose"]["n_effective"], ratio["random-matched"]["n_effective"]) == (3, 8, 8)
-    # What the page first published: the uncorrected MDE, and stapo's over all 8 seeds (its five zeros included)
-    from rlstab.lab.statistics import minimum_detectable_effect
+    # What the page first published: the uncorrected MDE by the normal-approximation formula, (t(0.975, n-1) + t(0.80,
+    # n-1)) x sd / sqrt(n), and stapo's over all 8 seeds (its five zeros included)
+    from rlstab.lab.tdist import t_quantile
 
-    first = (minimum_detectable_effect(ratio["stapo"]["sd"], 8), ratio["stapo-dose"]["mde_uncorrected"],
-             ratio["random-matched"]["mde_uncorrected"])
-    assert f"(This page first gave {first[0]:.3f}, {first[1]:.3f} and {first[2]:.3f}: at alpha 0.05 alone" in prose
+    def approximation(sd):
+        return (t_quantile(0.975, 7) + t_quantile(0.8, 7)) * sd / 8 ** 0.5
+
+    first = [approximation(ratio[arm]["sd"]) for arm in ("stapo", "stapo-dose", "random-matched")]
+    assert ratio["stapo-dose"]["sd"] == ratio["stapo-dose"]["sd_effective"] and ratio["stapo-dose"]["mde_uncorrected"] > first[1]
+    assert (f"(This page first gave {first[0]:.3f}, {first[1]:.3f} and {first[2]:.3f}: at alpha 0.05 alone, by the "
+            "normal-approximation formula, and for stapo over all 8 seeds") in prose
     assert f"{100 * aggregates['stapo-dose']['mean_silenced_fraction']['mean']:.3f}% as stapo-dose's mask" in prose
 
     steps = json.loads(gzip.decompress((ROOT / "docs" / "lab" / "collapse" / "steps.json.gz").read_bytes()))["runs"]
@@ -436,20 +441,27 @@ def test_the_ratio_methods_grid_follows_its_protocol():
 
 
 def test_the_statistics_sections_mde_factors():
-    """The Holm MDE's factors the Statistics section quotes, and the exact (noncentral t) ones it compares them with."""
+    """The Holm MDE's factors the Statistics section quotes: the exact (noncentral t) ones, checked against the independent
+    quadrature, and the normal-approximation ones the lab used before."""
     from rlstab.lab.statistics import minimum_detectable_effect
     from rlstab.lab.tdist import t_quantile
 
     from exact_power import exact_mde
 
     section = " ".join(PAGE.split("\n## Statistics")[1].split("\n## ")[0].split())
-    t1, t2 = t_quantile(1 - 0.05 / 36, 7), t_quantile(0.8, 7)
-    assert f"At 8 seeds and m = 18 that is ({t1:.3f} + {t2:.3f}) / sqrt(8) = {(t1 + t2) / 8 ** 0.5:.2f} times" in section
-    assert minimum_detectable_effect(1.0, 8, m=18) == (t1 + t2) / 8 ** 0.5
-    words = (f"against {minimum_detectable_effect(1.0, 8):.2f} at alpha 0.05 alone; at 5 seeds and m = 20, "
-             f"{minimum_detectable_effect(1.0, 5, m=20):.2f} against {minimum_detectable_effect(1.0, 5):.2f}")
+    holm8, raw8 = minimum_detectable_effect(1.0, 8, m=18), minimum_detectable_effect(1.0, 8)
+    holm5, raw5 = minimum_detectable_effect(1.0, 5, m=20), minimum_detectable_effect(1.0, 5)
+    words = (f"At 8 seeds and m = 18, d is {holm8:.3f}, against {raw8:.3f} at alpha 0.05 alone (x{holm8 / raw8:.2f}); "
+             f"at 5 seeds and m = 20, {holm5:.3f} against {raw5:.3f} (x{holm5 / raw5:.2f})")
     assert words in section
-    assert f"needs about {exact_mde(8, 0.05 / 18):.1f} and {exact_mde(5, 0.05 / 20):.1f} times the sd" in section
+    for ours, independent in ((holm8, exact_mde(8, 0.05 / 18)), (raw8, exact_mde(8, 0.05)), (holm5, exact_mde(5, 0.05 / 20, 6000)),
+                              (raw5, exact_mde(5, 0.05, 6000))):
+        assert abs(ours - independent) < 2e-4
+
+    def approximation(n, m):
+        return (t_quantile(1 - 0.05 / (2 * m), n - 1) + t_quantile(0.8, n - 1)) / n ** 0.5
+
+    assert f"so few seeds: {approximation(8, 18):.3f} and {approximation(5, 20):.3f}." in section
 
 
 def test_the_protocol_block_is_a_protocol_and_its_error_line_is_what_the_lab_prints():

@@ -4,6 +4,7 @@ fails), the primary and secondary families and the trend test, as the report pri
 import json
 
 from rlstab.lab.analysis import restate
+from rlstab.lab.power import mde_factor
 from rlstab.lab.protocol import Gate, Protocol
 from rlstab.lab.report import markdown
 
@@ -29,9 +30,12 @@ def test_one_family_the_holm_mde_and_the_effective_n():
     assert ("No-op seeds: low's runs are dapo's on 1 seed (0; identical per-step rows, the wall-clock time and the "
             "fields named by mask labels aside): effective n 2 of 3; its MDE counts only the 2 seeds where it differs.") in text
     assert "over all 12 paired comparisons of this report" in text
-    # the MDE's factor at the report's seeds and m: (t(1 - 0.05/24, 2) + t(0.80, 2)) / sqrt(3); df 2 has the closed form
-    # t_q = (2q - 1) / sqrt(2q(1 - q)): q = 0.997917: 0.995833 / sqrt(0.004158) = 15.443; (15.443 + 1.061) / 1.732 = 9.529
-    assert "(9.529 x sd at n = 3, m = 12)." in text
+    # the MDE's factor d at each (n eff, m) of the report, once each: n = 3 (df 2), where the t-test's exact power has a
+    # closed form (tests/lab/test_power.py), 80% at lambda^2 = 2 / (alpha (2 - alpha)) ln((1 - alpha) / 0.2), alpha =
+    # 0.05 / 12: 240.50104 x ln(4.979167) = 240.50104 x 1.6052625 = 386.0673, d = sqrt(386.0673 / 3) = 11.344 (the normal
+    # approximation's (15.443 + 1.061) / sqrt(3) = 9.529 is 16% low); and low's n eff of 2 (df 1)
+    assert f"is 80%. Here d is 11.344 at n = 3, m = 12; {mde_factor(2, 0.05 / 12):.3f} at n = 2, m = 12. Holm's" in text
+    assert "normal-approximation" not in text and "t(0.80, n-1)" not in text
     assert "the per-step rows were not stored" in _report(None, with_rows=False)
 
 
@@ -49,6 +53,16 @@ def test_families_the_trend_and_the_gates():
     assert "the entropy ratio dose trend (primary: +0.011 [" in text and "low acc AUC (secondary)" in text
     assert "| stapo | s2t | 0.1% | 50% | 50% (3 of 6) | 0.05% | 0: 50%, 1: 50%, 2: 50% | passed |" in text
     assert "Every gate passed." in text and "fallback" not in text
+
+
+def test_each_distinct_n_and_m_of_the_mde_is_named_once():
+    # two families of the same size (primary: 2 metrics x 3 arms; secondary: the other 2 x 3): m = 6 in both, so
+    # n = 3 and low's n eff of 2 at m = 6 are the two factors, each named once. d at n = 3, alpha 0.05 / 6 (the closed
+    # form above): 2 / (0.008333 x 1.991667) x ln(0.991667 / 0.2) = 120.5021 x 1.6010697 = 192.9322, sqrt(192.9322 / 3) = 8.019
+    text = _report(PROTOCOL.model_copy(update={"primary": ["entropy_ratio", "final_entropy"], "trend": None}))
+    assert "the 6 primary comparisons and the 6 secondary comparisons" in text
+    assert f"Here d is 8.019 at n = 3, m = 6; {mde_factor(2, 0.05 / 6):.3f} at n = 2, m = 6. Holm's" in text
+    assert text.count("at n = 3, m = 6") == 1
 
 
 def test_a_failed_gate_prints_the_protocols_fallback():

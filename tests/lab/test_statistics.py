@@ -56,7 +56,8 @@ def test_paired_difference_distinguishable_and_undecided():
 
 # --- p-values, Holm, the minimum detectable effect ------------------------------------------------
 
-from rlstab.lab.statistics import adjust, holm, mde_factor, minimum_detectable_effect, paired_p, seeds_for  # noqa: E402
+from rlstab.lab.power import mde_factor  # noqa: E402
+from rlstab.lab.statistics import adjust, holm, minimum_detectable_effect, paired_p, seeds_for  # noqa: E402
 from rlstab.lab.tdist import incomplete_beta, t_cdf, t_quantile, t_two_sided_p  # noqa: E402
 
 from exact_power import exact_mde as _exact_mde  # noqa: E402
@@ -132,24 +133,29 @@ def test_paired_p_and_mde_by_hand():
     d = paired_difference({0: 0.6, 1: 0.7, 2: 0.5, 3: 0.6}, {0: 0.5, 1: 0.5, 2: 0.5, 3: 0.5})
     assert d["sd"] == pytest.approx(0.0816497, abs=1e-6)
     assert d["p"] == pytest.approx(0.091721, abs=1e-5) and d["p_holm"] == d["p"]
-    # MDE at n = 4: (t(0.975, 3) + t(0.80, 3)) x sd / 2 = (3.1824 + 0.9785) x 0.0816497 / 2 = 0.16987
-    assert d["mde"] == pytest.approx((3.1824 + 0.9785) * 0.0816497 / 2, abs=1e-4)
+    # MDE at n = 4: the exact factor 2.1279 (the independent quadrature of tests/exact_power.py, at 6000 steps, gives
+    # 2.1275, within its resolution) x sd = 2.1279 x 0.0816497 = 0.17374; the normal approximation,
+    # (t(0.975, 3) + t(0.80, 3)) / 2 = (3.1824 + 0.9785) / 2 = 2.0805, gave 0.16987
+    assert mde_factor(4) == pytest.approx(_exact_mde(4, 0.05, 6000), abs=1e-3)
+    assert d["mde"] == pytest.approx(2.1279 * 0.0816497, abs=1e-4) and d["mde"] == mde_factor(4) * d["sd"]
     assert paired_p(0.0, 0.0, 5) == 1.0 and paired_p(0.1, 0.0, 5) == 0.0 and paired_p(0.1, 0.2, 1) is None
     assert minimum_detectable_effect(None, 5) is None and minimum_detectable_effect(0.1, 1) is None
 
 
-def test_the_mde_factor_at_five_seeds_is_the_issues_1_66():
-    # (t(0.975, 4) + t(0.80, 4)) / sqrt(5) = (2.7764 + 0.9410) / 2.23607 = 1.6625
-    assert mde_factor(5) == pytest.approx((2.7764 + 0.9410) / math.sqrt(5), abs=1e-4)
-    assert mde_factor(5) == pytest.approx(1.66, abs=0.005)
-    # n = 10: (2.2622 + 0.8834) / sqrt(10) = 0.99474
-    assert mde_factor(10) == pytest.approx((2.2622 + 0.8834) / math.sqrt(10), abs=1e-4)
+def test_the_mde_factor_at_five_and_ten_seeds_is_the_exact_one():
+    # n = 5: 1.6820 by the exact power (the independent quadrature, at 6000 steps, agrees to 1e-4); the normal
+    # approximation, (t(0.975, 4) + t(0.80, 4)) / sqrt(5) = (2.7764 + 0.9410) / 2.23607 = 1.6625, is 1.2% low
+    assert mde_factor(5) == pytest.approx(1.6820, abs=1e-4) and mde_factor(5) == pytest.approx(_exact_mde(5, 0.05, 6000), abs=2e-4)
+    assert mde_factor(5) > (2.7764 + 0.9410) / math.sqrt(5)
+    # n = 10: 0.9960, against the approximation's (2.2622 + 0.8834) / sqrt(10) = 0.99474
+    assert mde_factor(10) == pytest.approx(0.9960, abs=1e-4) and mde_factor(10) == pytest.approx(_exact_mde(10, 0.05), abs=2e-4)
     with pytest.raises(ValueError):
         mde_factor(1)
 
 
 def test_seeds_for_an_effect():
-    # sd 0.1, effect 0.1: n = 10 gives 0.99474 x 0.1 = 0.0995 <= 0.1; n = 9: (2.3060 + 0.8889) / 3 = 1.0650 > 1
+    # sd 0.1, effect 0.1: n = 10 gives 0.9960 x 0.1 = 0.0996 <= 0.1; n = 9: 1.0670 x 0.1 = 0.1067 > 0.1 (exact factors)
+    assert mde_factor(10) <= 1.0 < mde_factor(9)
     assert seeds_for(0.1, 0.1) == 10
     assert seeds_for(-0.1, 0.1) == 10  # the sign does not matter
     assert seeds_for(1.0, 0.0) == 2
@@ -172,23 +178,21 @@ def test_the_holm_mde_at_the_issues_numbers():
     # t(1 - 0.05/36, 7) = 4.5062: checked against the t density integrated by Simpson's rule, not the incomplete beta
     assert _t_cdf_by_simpson(4.5062, 7) == pytest.approx(1 - 0.05 / 36, abs=2e-6)
     assert _t_cdf_by_simpson(0.8960, 7) == pytest.approx(0.80, abs=2e-5)
-    # n = 8, one true effect among m = 18: (4.5062 + 0.8960) / sqrt(8) = 1.9100 x sd, against (2.3646 + 0.8960) / sqrt(8)
-    # = 1.1528 x sd at alpha 0.05 alone: x1.657
+    # n = 8, one true effect among m = 18: the exact power of the t-test (noncentral t) needs 1.9951 x sd, the issue's
+    # "about 2.0", against 1.1560 x sd at alpha 0.05 alone: 1.9951 / 1.1560 = 1.7258, the issue's x1.73. The
+    # independent quadrature (tests/exact_power.py) gives the same to 1e-4.
     holm8, raw8 = minimum_detectable_effect(1.0, 8, m=18), minimum_detectable_effect(1.0, 8)
-    assert holm8 == pytest.approx((4.5062 + 0.8960) / math.sqrt(8), abs=1e-4)
-    assert raw8 == pytest.approx(1.1528, abs=1e-4) and holm8 / raw8 == pytest.approx(1.657, abs=1e-3)
-    # n = 5, m = 20: t(1 - 0.05/40, 4) = 6.7583, t(0.80, 4) = 0.9410: (6.7583 + 0.9410) / sqrt(5) = 3.4432; x2.071
+    assert holm8 == pytest.approx(1.9951, abs=1e-4) and raw8 == pytest.approx(1.1560, abs=1e-4)
+    assert holm8 == pytest.approx(_exact_mde(8, 0.05 / 18), abs=2e-4) and raw8 == pytest.approx(_exact_mde(8, 0.05), abs=2e-4)
+    assert holm8 / raw8 == pytest.approx(1.73, abs=0.005)
+    # n = 5, m = 20: 3.7759 x sd against 1.6820: 3.7759 / 1.6820 = 2.2449, the issue's x2.24
     assert _t_cdf_by_simpson(6.7583, 4) == pytest.approx(1 - 0.05 / 40, abs=2e-6)
     holm5 = minimum_detectable_effect(1.0, 5, m=20)
-    assert holm5 == pytest.approx((6.7583 + 0.9410) / math.sqrt(5), abs=1e-4)
-    assert holm5 / minimum_detectable_effect(1.0, 5) == pytest.approx(2.071, abs=1e-3)
-    # The issue's "about 2.0 sd, x1.73" and "x2.24" are the exact power of the t-test (noncentral t), which the
-    # normal-approximation formula understates at these small alphas and few seeds (by 4% and 8%):
-    exact8, exact8_raw = _exact_mde(8, 0.05 / 18), _exact_mde(8, 0.05)
-    assert exact8 == pytest.approx(1.99, abs=0.01) and exact8_raw == pytest.approx(1.15, abs=0.01)
-    assert exact8 / exact8_raw == pytest.approx(1.73, abs=0.01)
-    assert _exact_mde(5, 0.05 / 20) / _exact_mde(5, 0.05) == pytest.approx(2.24, abs=0.01)
-    assert holm8 < exact8 and holm5 < _exact_mde(5, 0.05 / 20)
+    assert holm5 == pytest.approx(3.7759, abs=1e-4) and holm5 == pytest.approx(_exact_mde(5, 0.05 / 20, 6000), abs=2e-4)
+    assert holm5 / minimum_detectable_effect(1.0, 5) == pytest.approx(2.24, abs=0.005)
+    # The normal-approximation formula the report used before, (t(1 - alpha/(2m), n-1) + t(0.80, n-1)) / sqrt(n),
+    # understates both: (4.5062 + 0.8960) / sqrt(8) = 1.9100 (x1.657), (6.7583 + 0.9410) / sqrt(5) = 3.4432 (x2.071)
+    assert (4.5062 + 0.8960) / math.sqrt(8) < holm8 and (6.7583 + 0.9410) / math.sqrt(5) < holm5
     # m = 1 is the uncorrected MDE; m below 1 is no family
     assert minimum_detectable_effect(0.1, 5, m=1) == minimum_detectable_effect(0.1, 5)
     with pytest.raises(ValueError):
@@ -201,17 +205,20 @@ def test_the_effective_n_leaves_out_the_seeds_where_the_runs_are_the_same():
                           same={0, 1})
     # Everything but the effective n and the MDE is over all 5 seeds: mean 0.12, ties 2
     assert d["n"] == 5 and d["mean"] == pytest.approx(0.12) and d["ties"] == 2
-    # over the 3 acting seeds: sd of 0.1, 0.2, 0.3 = 0.1; df 2, whose quantiles have a closed form,
-    # t_q = (2q - 1) / sqrt(2 q (1 - q)): t(0.975, 2) = 0.95 / sqrt(0.04875) = 4.30265, t(0.80, 2) = 0.6 / sqrt(0.32) = 1.06066
+    # over the 3 acting seeds: sd of 0.1, 0.2, 0.3 = 0.1; at df 2 the t-test's power has a closed form,
+    # 1 - (1 - alpha) exp(-lambda^2 alpha (2 - alpha) / 2) (tests/lab/test_power.py), so 80% power at
+    # lambda^2 = 2 / (alpha (2 - alpha)) ln((1 - alpha) / 0.2): alpha 0.05: 20.51282 x ln(4.75) = 31.96194,
+    # d = sqrt(31.96194 / 3) = 3.26404, MDE 0.326404 (the normal approximation said (4.30265 + 1.06066) x 0.1 / sqrt(3) = 0.30966)
     assert d["n_effective"] == 3 and d["sd_effective"] == pytest.approx(0.1)
-    assert d["mde_uncorrected"] == pytest.approx((4.30265 + 1.06066) * 0.1 / math.sqrt(3), abs=1e-5)  # 0.30966
+    assert d["mde_uncorrected"] == pytest.approx(0.326404, abs=1e-6)
     assert d["mde"] == d["mde_uncorrected"]  # a family of one
     # the sd over all 5 seeds counts the two zeros: deviations from 0.12 squared sum to 0.068, sd sqrt(0.068 / 4)
     assert d["sd"] == pytest.approx(math.sqrt(0.068 / 4))
-    # In a family of m = 2: Holm's first step tests at 0.05 / 2, t(1 - 0.0125, 2) = 0.975 / sqrt(0.0246875) = 6.20535
+    # In a family of m = 2: Holm's first step tests at 0.05 / 2: 40.50633 x ln(4.875) = 64.16689, d = sqrt(64.16689 / 3)
+    # = 4.62482, MDE 0.462482 (the approximation: (6.20535 + 1.06066) x 0.1 / sqrt(3) = 0.41951)
     adjust([d, {"p": 0.5}])
     assert d["m"] == 2 and d["family"] == "all"
-    assert d["mde"] == pytest.approx((6.20535 + 1.06066) * 0.1 / math.sqrt(3), abs=1e-5)  # 0.41951
+    assert d["mde"] == pytest.approx(0.462482, abs=1e-6)
     # fewer than 2 acting seeds: no MDE; no seed left out: the effective n is n and its sd is sd
     assert paired_difference({0: 0.5, 1: 0.7}, {0: 0.5, 1: 0.5}, same={0})["mde"] is None
     whole = paired_difference({0: 0.6, 1: 0.7, 2: 0.9}, {0: 0.5, 1: 0.5, 2: 0.5})

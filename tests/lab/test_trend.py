@@ -32,8 +32,10 @@ def test_a_trend_by_hand():
     # t = 0.1 / (0.1 / sqrt 3) = sqrt 3, df 2: two-sided p = 1 - t / sqrt(2 + t^2) = 1 - sqrt(3/5) = 0.225403
     assert t["p"] == pytest.approx(1 - math.sqrt(3 / 5), abs=1e-9) and t["p_holm"] == t["p"]
     assert t["distinguishable"] is False
-    # MDE at df 2 (closed-form quantiles): (4.30265 + 1.06066) x 0.1 / sqrt(3) = 0.30966
-    assert t["mde"] == pytest.approx((4.30265 + 1.06066) * 0.1 / math.sqrt(3), abs=1e-5)
+    # MDE at df 2, where the t-test's power has a closed form (tests/lab/test_power.py): 80% power at
+    # lambda^2 = 2 / (0.05 x 1.95) x ln(0.95 / 0.2) = 20.51282 x 1.558145 = 31.96194, d = sqrt(31.96194 / 3) = 3.26404,
+    # so 0.326404 (the normal approximation, (4.30265 + 1.06066) x 0.1 / sqrt(3), said 0.30966)
+    assert t["mde"] == pytest.approx(0.326404, abs=1e-6)
     assert t["n_effective"] == 3 and t["sd_effective"] == t["sd"]
 
 
