@@ -28,7 +28,8 @@ BLOCKS = re.findall(r"```(\w+)\n(.*?)```", PAGE, flags=re.S)
 def test_the_regime_blocks_are_the_shipped_files_in_order():
     section = PAGE.split("## Regimes")[1].split("\n## ")[0]
     blocks = re.findall(r"`([\w-]+)`: [^\n]*\n\n```yaml\n(.*?)```", section, flags=re.S)
-    assert [name for name, _ in blocks] == sorted(regime_names(), key=["default", "entropy-collapse", "policy-lag", "sparse", "small-lm", "collapse"].index)
+    order = ["default", "entropy-collapse", "policy-lag", "sparse", "small-lm", "collapse", "spurious", "small-lm-collapse"]
+    assert [name for name, _ in blocks] == sorted(regime_names(), key=order.index)
     for name, text in blocks:
         assert text == (ROOT / "rlstab" / "lab" / "regimes" / f"{name}.yaml").read_text(), name
         assert load_regime(name).name == name
