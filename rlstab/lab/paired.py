@@ -32,7 +32,7 @@ protocol names primary metrics (then the primary ones and the others are two fam
 
 NAMES = {"accuracy_auc": "acc AUC", "final_accuracy": "final acc", "entropy_ratio": "entropy ratio",
          "final_entropy": "final entropy", "final_pass_at_k": "final pass@k",
-         "final_distinct_correct": "final distinct right answers"}
+         "final_distinct_correct": "final distinct right answers", "late_minus_peak_reward": "late minus peak reward"}
 """The paired metrics' names in the report (a protocol may name a metric by its key or by this name)."""
 
 MEASURED_ONLY = frozenset({"final_pass_at_k", "final_distinct_correct", "late_minus_peak_reward"})

