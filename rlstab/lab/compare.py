@@ -246,12 +246,14 @@ def compare(
     steps: int = 100, regimes: Sequence[str | Regime] = ("default",), task: str = "add2", model: str = "tiny",
     workers: int | None = None, ray_address: str | None = None, cache_dir: Path | str | None = None,
     checkpoint_every: int = 10, progress: bool = True, command: str | None = None, pair: Sequence[str] = (),
+    keep_checkpoints: bool = False,
 ) -> dict:
     """Run the grid (skipping finished runs, resuming interrupted ones) and write its outputs to ``out``.
 
     Returns the content of ``results.json``. ``workers`` defaults to the machine's core count;
     ``ray_address`` (``auto`` or ``HOST:PORT``) sends each run to a Ray cluster instead. ``pair``
     holds ``OBJECTIVE=BASELINE`` items: that objective is paired with that baseline instead of ``baseline``.
+    ``keep_checkpoints``: the runs it trains keep every checkpoint (``rlstab.lab.run.execute``).
     """
     for name, value in (("workers", workers), ("checkpoint_every", checkpoint_every)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -273,7 +275,8 @@ def compare(
     from rlstab.lab.backends import backend  # the trainer, and torch: not imported to build `rlstab`'s parser
 
     run = backend(workers or os.cpu_count() or 1, ray_address)
-    for (spec, folder), outcome in run(todo, cache_dir=cache_dir, checkpoint_every=checkpoint_every):
+    for (spec, folder), outcome in run(todo, cache_dir=cache_dir, checkpoint_every=checkpoint_every,
+                                       keep_checkpoints=keep_checkpoints):
         _keep(folder, outcome)
         results[folder] = outcome["summary"]
         if bar:
