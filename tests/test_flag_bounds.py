@@ -134,7 +134,7 @@ def test_bad_flags_and_bad_inputs_are_all_reported(tmp_path, capsys, no_work):
     assert capsys.readouterr().err.splitlines() == [
         "rlstab demo: --steps 0: must be an integer from 1 to 100,000",
         "nope: not a preset (`rlstab presets` lists them), a .yaml file, or YAML text",
-        "rlstab demo: unknown task 'add9'; choose one of add2, add3, mul2, add1, perm3",
+        "rlstab demo: unknown task 'add9'; choose one of add2, add3, mul2, add1, perm3, perm3-echo",
     ]
     assert main(["compare", "--objective", "grpo", "--workers", "1e20", "--seeds", "99999999999999999999",
                  "--regime", "policy_lag", "--model", "gpt5", "--out", str(tmp_path / "out")]) == 2

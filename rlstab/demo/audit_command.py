@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from rlstab.command_line import MODEL_NAMES, load_inputs, missing_plotting, tiny_only
+from rlstab.demo import counterfactual_command
 from rlstab.number_flags import CommandNumbers, check_numbers, number
 from rlstab.path_flags import check_paths, folder
 
@@ -35,23 +36,26 @@ def register(subparsers) -> argparse.ArgumentParser:
             "Sample --group-size responses to each of --prompts problems of --task from --model, compute every "
             "token's probability, entropy and advantage, and report, for each mask of each objective, how many "
             "tokens it silences and which ones (STAPO's analysis of spurious tokens). Writes audit.md, audit.png "
-            "and audit.json to --out and prints the table."
+            "and audit.json to --out and prints the table. With --counterfactual, apply one optimizer update each way "
+            "from saved states (--from a lab run's checkpoints, or --model as loaded) and rank the mask's effect within "
+            "count-matched random nulls: writes audit.md and counterfactual.json."
         ),
     )
     p.add_argument("--objective", action="append", metavar="PRESET|FILE",
                    help="a preset name or an objective YAML file; repeat to compare "
                         "(default: stapo, stapo-probability-only and stapo-high-entropy)")
-    p.add_argument("--model", default="tiny", choices=MODEL_NAMES,
+    p.add_argument("--model", choices=MODEL_NAMES,
                    help="tiny (default: the demo's character transformer, warm-started and cached) or smollm2 "
-                        "(SmolLM2-135M-Instruct, an optional extra)")
-    p.add_argument("--task", default="add2", help="add2 (default), add3, mul2 or add1 (direct answers, for --model smollm2)")
+                        "(SmolLM2-135M-Instruct, an optional extra); with --from, the runs' own")
+    p.add_argument("--task", help="add2 (default), add3, mul2 or add1 (direct answers, for --model smollm2); "
+                                  "with --from, the runs' own")
     number(p, "--prompts", CommandNumbers,
            optional=f"default {DEFAULT_PROMPTS['tiny']} for tiny, {DEFAULT_PROMPTS['smollm2']} for smollm2",
            help="problems to sample: STAPO's spurious tokens are about 1 in 10,000")
     number(p, "--group-size", TrainConfig, default=8, help="responses per problem, G")
     number(p, "--seed", TrainConfig, default=0, help="seed of the problems, the sampling and the tiny model's warm start")
     number(p, "--temperature", TrainConfig, default=1.0, help="sampling temperature (1.0 as STAPO)")
-    number(p, "--top-k", CommandNumbers, default=8, help="most silenced tokens shown per mask")
+    number(p, "--top-k", CommandNumbers, optional="default 8", help="most silenced tokens shown per mask")
     number(p, "--warmup-steps", TrainConfig, optional="default: per task, as rlstab demo",
            help="tiny model: supervised warm-start steps, cached")
     folder(p, "--out", default="runs/audit", help="output folder (default runs/audit)")
@@ -62,6 +66,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="also measure STAPO's mechanism on the sample as one step: the share of the policy gradient "
                         "carried by the tokens each mask silences, and the logit-gradient norm by probability and "
                         "entropy (a backward pass per mask; see docs/audit.md)")
+    counterfactual_command.add_flags(p)
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     p.set_defaults(func=run)
     return p
@@ -78,9 +83,13 @@ def run(args) -> int:
     numbers_ok = check_numbers(args, "rlstab audit")
     paths_ok = check_paths(args, "rlstab audit")
     model_ok = tiny_only(args, "rlstab audit")
+    flags_ok = counterfactual_command.flags_ok(args)
+    if args.counterfactual:
+        return counterfactual_command.run(args, numbers_ok and paths_ok and model_ok and flags_ok)
+    args.model, args.task, args.top_k = args.model or "tiny", args.task or "add2", args.top_k or 8
     sources = args.objective or list(DEFAULT_OBJECTIVES)
     inputs = load_inputs(sources, args.task, "rlstab audit")
-    if not (numbers_ok and paths_ok and model_ok) or inputs is None or not _estimated_advantages(sources, inputs[0]):
+    if not (numbers_ok and paths_ok and model_ok and flags_ok) or inputs is None or not _estimated_advantages(sources, inputs[0]):
         return 2
     missing = missing_plotting("rlstab audit")
     if missing:

@@ -19,6 +19,8 @@ from rlstab.trainer.run import STATE_KEYS
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+KEPT_FOLDER = "checkpoints"
+"""Where ``--keep-checkpoints`` keeps every checkpoint of a run, ``step000010.pt`` and so on, after it finishes."""
 
 
 def atomic_write(path: Path, write: Callable[[str], None]) -> None:
@@ -37,6 +39,24 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> None:
 
 def save_checkpoint(folder: Path, state: dict) -> None:
     atomic_write(folder / CHECKPOINT_FILE, lambda tmp: torch.save(state, tmp))
+
+
+def keep_checkpoint(folder: Path, step: int, state: dict) -> None:
+    """``state`` (a checkpoint) kept as ``checkpoints/stepNNNNNN.pt`` in the run's folder: never overwritten by a later
+    checkpoint, nor deleted when the run finishes (``rlstab audit --counterfactual --from`` reads them)."""
+    kept = Path(folder) / KEPT_FOLDER
+    kept.mkdir(exist_ok=True)
+    atomic_write(kept / f"step{step:06d}.pt", lambda tmp: torch.save(state, tmp))
+
+
+def kept_checkpoints(folder: Path) -> dict[int, Path]:
+    """``{step: path}`` of the checkpoints kept in a run's folder, by step."""
+    found = {}
+    for path in (Path(folder) / KEPT_FOLDER).glob("step*.pt"):
+        digits = path.stem[len("step"):]
+        if digits.isdigit():
+            found[int(digits)] = path
+    return dict(sorted(found.items()))
 
 
 def load_checkpoint(folder: Path) -> dict | None:

@@ -265,6 +265,7 @@ def compare(
     workers: int | None = None, ray_address: str | None = None, cache_dir: Path | str | None = None,
     checkpoint_every: int = 10, progress: bool = True, command: str | None = None, pair: Sequence[str] = (),
     protocol: Protocol | None = None,
+    keep_checkpoints: bool = False,
 ) -> dict:
     """Run the grid (skipping finished runs, resuming interrupted ones) and write its outputs to ``out``.
 
@@ -275,6 +276,7 @@ def compare(
     trend test to the report. A protocol that does not fit the finished runs (a gate's mask no run reports, a
     primary metric no run measured) is a LabError before ``results.json`` is written; the runs stay, so the
     same command with a corrected protocol reads them back.
+    ``keep_checkpoints``: the runs it trains keep every checkpoint (``rlstab.lab.run.execute``).
     """
     for name, value in (("workers", workers), ("checkpoint_every", checkpoint_every)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -296,7 +298,8 @@ def compare(
     from rlstab.lab.backends import backend  # the trainer, and torch: not imported to build `rlstab`'s parser
 
     run = backend(workers or os.cpu_count() or 1, ray_address)
-    for (spec, folder), outcome in run(todo, cache_dir=cache_dir, checkpoint_every=checkpoint_every):
+    for (spec, folder), outcome in run(todo, cache_dir=cache_dir, checkpoint_every=checkpoint_every,
+                                       keep_checkpoints=keep_checkpoints):
         _keep(folder, outcome)
         results[folder] = outcome["summary"]
         if bar:

@@ -66,6 +66,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="send each run to this Ray cluster instead, as a task asking for one CPU (needs rlstab[ray]; "
                         "not with --workers)")
     number(p, "--checkpoint-every", CommandNumbers, default=10, help="steps between a run's checkpoints")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep every checkpoint of the runs it trains as runs/.../checkpoints/stepNNNNNN.pt, also after "
+                        "they finish: the saved states of rlstab audit --counterfactual --from")
     folder(p, "--cache-dir", help="warm-start cache (default $XDG_CACHE_HOME/rlstab or ~/.cache/rlstab); tiny only; "
                                   "with --ray-address, a folder of the workers', not checked here")
     folder(p, "--out", required=True, help="output folder (the same folder resumes a grid)")
@@ -101,6 +104,7 @@ def run(args) -> int:
         data = compare(
             args.objective, out=args.out, seeds=args.seeds, steps=args.steps, workers=args.workers,
             ray_address=args.ray_address, cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every,
+            keep_checkpoints=args.keep_checkpoints,
             progress=not args.quiet, command=command, **_inputs(args),
         )
     except InputErrors as err:

@@ -20,7 +20,7 @@ METRICS = (
     "accuracy_auc", "final_accuracy", "start_accuracy", "final_reward", "final_entropy", "min_entropy",
     "entropy_ratio", "collapsed", "mean_grad_norm", "max_grad_norm", "mean_silenced_fraction", "mean_clip_fraction",
     "mean_ess_fraction", "min_ess_fraction", "mean_zero_variance_groups", "wall_time",
-    "final_pass_at_k", "final_distinct_correct",
+    "final_pass_at_k", "final_distinct_correct", "late_minus_peak_reward",
 )
 PAIRED_METRICS = ("accuracy_auc", "final_accuracy", "entropy_ratio", "final_entropy", "final_pass_at_k",
                   "final_distinct_correct")
@@ -32,11 +32,12 @@ protocol names primary metrics (then the primary ones and the others are two fam
 
 NAMES = {"accuracy_auc": "acc AUC", "final_accuracy": "final acc", "entropy_ratio": "entropy ratio",
          "final_entropy": "final entropy", "final_pass_at_k": "final pass@k",
-         "final_distinct_correct": "final distinct right answers"}
+         "final_distinct_correct": "final distinct right answers", "late_minus_peak_reward": "late minus peak reward"}
 """The paired metrics' names in the report (a protocol may name a metric by its key or by this name)."""
 
-MEASURED_ONLY = frozenset({"final_pass_at_k", "final_distinct_correct"})
-"""Metrics that only some runs measure: a report has them only when one of its runs does."""
+MEASURED_ONLY = frozenset({"final_pass_at_k", "final_distinct_correct", "late_minus_peak_reward"})
+"""Metrics that only some runs measure, or that summaries stored before them lack (``late_minus_peak_reward``):
+a report has them only when one of its runs does."""
 
 
 class PairError(ValueError):

@@ -5,7 +5,9 @@ the lab adds what a long grid needs:
 
 - **checkpoints** every ``checkpoint_every`` steps, atomically: the run's ``state_dict()`` and every
   metrics row so far. A rerun resumes from the last one and ends with the same rows as a run never
-  interrupted (the per-step ``time`` is the only field that differs: it is measured, not computed);
+  interrupted (the per-step ``time`` is the only field that differs: it is measured, not computed).
+  With ``keep_checkpoints`` each one is also kept as ``checkpoints/stepNNNNNN.pt``, the last step's
+  included, after the run finishes: the saved states ``rlstab audit --counterfactual`` starts from;
 - each row adds the step's ``ess_fraction`` and ``time`` to the trainer's row;
 - one torch thread per run, so its numbers do not depend on how many runs share the machine.
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 from rlstab.lab.checkpoint import (
     SUMMARY_FILE,
     append_row,
+    keep_checkpoint,
     load_checkpoint,
     read_rows,
     save_checkpoint,
@@ -46,6 +49,7 @@ def execute(
     cache_dir: Path | str | None = None,
     checkpoint_every: int = CHECKPOINT_EVERY,
     on_step: Callable[[int], None] | None = None,
+    keep_checkpoints: bool = False,
 ) -> dict:
     """Run (or finish, or just read) ``spec``'s run in ``folder``; returns ``{"summary", "rows"}``.
 
@@ -59,12 +63,13 @@ def execute(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _train(spec, folder, cache_dir, checkpoint_every, on_step)
+        return _train(spec, folder, cache_dir, checkpoint_every, on_step, keep_checkpoints)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(spec: RunSpec, folder: Path, cache_dir, checkpoint_every: int, on_step) -> dict:
+def _train(spec: RunSpec, folder: Path, cache_dir, checkpoint_every: int, on_step,
+           keep_checkpoints: bool = False) -> dict:
     from rlstab.trainer.run import Run
 
     write_spec(spec, folder)
@@ -84,8 +89,12 @@ def _train(spec: RunSpec, folder: Path, cache_dir, checkpoint_every: int, on_ste
         rows.append(row)
         append_row(folder, row)
         step = run.steps_done
-        if step % checkpoint_every == 0 and not run.done:
-            save_checkpoint(folder, {**run.state_dict(), "rows": rows})
+        if step % checkpoint_every == 0 and (keep_checkpoints or not run.done):
+            state = {**run.state_dict(), "rows": rows}
+            if not run.done:
+                save_checkpoint(folder, state)
+            if keep_checkpoints:
+                keep_checkpoint(folder, step, state)
         if on_step:
             on_step(step)
 

@@ -13,6 +13,12 @@ Definitions (the report repeats them):
 - ``collapsed``: 1 when ``entropy_ratio < COLLAPSE_RATIO`` (the policy lost more than half its
   entropy), else 0: a threshold on the ratio, so a run at 0.501 and one at 0.499 differ by a whole
   count; the report gives the ratio with its interval and the count only beside it;
+- ``late_minus_peak_reward``: how far the rollouts' reward ends below its best, a primary endpoint of
+  a collapse that loses reward (docs/lab.md, "STAPO on SmolLM2-135M"). With ``r_1 .. r_n`` the
+  rollouts' mean reward at each RL step and ``W = REWARD_WINDOW`` (5), the moving means
+  ``m_t = (r_{t-W+1} + ... + r_t) / W`` for ``t = W .. n``: ``m_n - max_t m_t``, the mean reward over
+  the last W steps minus the highest mean over any W consecutive steps. At most 0, and 0 when the
+  last W steps are the best; None with fewer than W steps;
 - ``mean_*``: means over all RL steps (fractions of valid tokens for silenced and clipped; ESS /
   N of the rollouts' sequence importance weights, 1.0 on-policy; the share of prompt groups whose
   G rewards are all equal, which carry no GRPO signal, None in runs recorded before it was);
@@ -31,6 +37,8 @@ from collections.abc import Sequence
 
 TAIL = 0.1
 COLLAPSE_RATIO = 0.5
+REWARD_WINDOW = 5
+"""Steps of the moving mean of ``late_minus_peak_reward``: the late reward is the last window's mean."""
 
 TIMING = ("wall_time",)
 """Summary fields that are measured rather than computed: left out of every identity check."""
@@ -51,6 +59,15 @@ def accuracy_auc(rows: Sequence[dict]) -> float | None:
     return area / (points[-1][0] - points[0][0])
 
 
+def late_minus_peak(rewards: Sequence[float], window: int = REWARD_WINDOW) -> float | None:
+    """The mean of the last ``window`` rewards minus the largest mean of any ``window`` consecutive ones
+    (``late_minus_peak_reward`` above); None with fewer than ``window`` rewards."""
+    if len(rewards) < window:
+        return None
+    means = [sum(rewards[t - window:t]) / window for t in range(window, len(rewards) + 1)]
+    return means[-1] - max(means)
+
+
 def run_summary(rows: Sequence[dict]) -> dict:
     steps = [r for r in rows if r["step"] > 0]
     accuracies = [r["accuracy"] for r in rows if r.get("accuracy") is not None]
@@ -65,6 +82,7 @@ def run_summary(rows: Sequence[dict]) -> dict:
         "accuracy_auc": accuracy_auc(rows),
         "final_reward": _mean([r["reward"] for r in tail]),
         "mean_reward": _mean([r["reward"] for r in steps]),
+        "late_minus_peak_reward": late_minus_peak([r["reward"] for r in steps]),
         "start_entropy": start_entropy,
         "final_entropy": final_entropy,
         "min_entropy": min((r["entropy"] for r in steps), default=None),

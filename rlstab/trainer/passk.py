@@ -10,6 +10,8 @@ that always writes one ordering per prompt keeps it. Sampling ``n`` responses pe
   samples drawn without replacement from the ``n`` hold a right one; averaged over the prompts;
 - **distinct_correct**: the number of different right responses among the ``n``, averaged over
   the prompts (at most the prompt's number of right answers, ``perm3``'s 6; 1 after a collapse).
+  Responses are told apart by what the reward reads (``rlstab.trainer.tasks.scored_text``): two
+  ``perm3-echo`` responses with the same answer and different echoes are one right answer.
 
 The samples come from a generator of their own, seeded from the run's seed and the step
 (:func:`sample_seed`), so measuring changes none of the run's random streams.
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from rlstab.lazy import torch
 from rlstab.trainer.loop import response_texts
 from rlstab.trainer.policy import Policy
-from rlstab.trainer.tasks import Problem, Task
+from rlstab.trainer.tasks import Problem, Task, scored_text
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -58,5 +60,5 @@ def measure(policy: Policy, task: Task, problems: Sequence[Problem], *, k: int, 
     for i, problem in enumerate(problems):
         right = [t for t in texts[i * n : (i + 1) * n] if task.reward(problem, t) == 1.0]
         passes.append(pass_at_k(n, len(right), k))
-        distinct.append(len({t.strip() for t in right}))
+        distinct.append(len({scored_text(task, t) for t in right}))
     return {"k": k, "n": n, "pass_at_k": sum(passes) / len(problems), "distinct_correct": sum(distinct) / len(problems)}

@@ -15,6 +15,9 @@ to go wrong), ``mul2`` multiplies two 2-digit numbers through two partial produc
 pretrained LM (``--model smollm2``) partly solves from a few examples, where it fails at ``add2``.
 ``perm3`` has many right answers: ``"471="`` -> any ordering of the digits 4, 7 and 1 (``"147"``,
 ``"714"``, ...), the task where a policy's entropy is worth something (``rlstab.trainer.passk``).
+``perm3-echo`` is ``perm3`` followed by an echo of the prompt that the reward does not read
+(``"471="`` -> ``"147,471"``): tokens predicted with confidence and never scored, where a rare slip in
+a rewarded response is what STAPO calls a spurious token.
 
 Held-out problems are a fixed tenth of each task's problem space (by a stable hash of the
 prompt), so the held-out accuracy measures problems that neither the warm start nor RL trained on.
@@ -235,8 +238,69 @@ class Permutation:
         return ordered[int(torch.randint(len(ordered), (1,), generator=generator))]
 
 
+@dataclass(frozen=True)
+class PermutationEcho:
+    """``perm3``, then an echo of the prompt that the reward does not read: ``"471="`` -> ``"147,471"``.
+
+    The response is an ordering of the prompt's digits (the answer, as in :class:`Permutation`), a
+    comma, and the prompt's three digits copied in their order (the echo). The reward is 1.0 when the
+    text before the first comma (the whole response when it has none), surrounding whitespace
+    ignored, is the prompt's digits in some order, else 0.0: the echo, and anything else after the
+    comma, is never read, so ``"147,999"`` and ``"147"`` earn 1.0 and ``"14,471"`` earns 0.0.
+
+    Why: spurious tokens by design. STAPO (arXiv 2602.15620) calls a token spurious when it has a
+    low probability at a position of low entropy and a positive advantage, and its S2T mask
+    silences those (``tau_p``, the entropy quantile). ``perm3``'s answer leaves little room for
+    them: its first two digits are uncertain by design (high entropy) and a slip in the third makes
+    the response wrong (negative advantage). The echo adds three positions the warm start learns
+    to predict with confidence (a copy: low entropy) that no reward checks; sampled at temperature
+    1.0, an occasional slip there (a digit of low probability) in a response whose answer is right
+    gets the group's positive advantage, and is a spurious token by STAPO's definition. The answer
+    comes before the echo, so a slip in the echo cannot change the reward.
+
+    ``Problem.answer`` holds the prompt's digits sorted (as ``perm3``); problems, and the held-out
+    split (98 of the 900 prompts), are ``perm3``'s. The warm start's demonstrations draw the
+    ordering uniformly (:meth:`random_demonstration`), followed by the echo.
+    """
+
+    name: str = "perm3-echo"
+    description: str = "any ordering of a 3-digit number's digits, then an unscored echo of the number"
+    max_new_tokens: int = 9  # 3 digits, ",", 3 digits, EOS, and one more
+
+    def problems(self, n: int, generator: torch.Generator) -> list[Problem]:
+        return Permutation().problems(n, generator)
+
+    def scored(self, response_text: str) -> str:
+        """The part of a response the reward reads: the text before the first comma, whitespace stripped."""
+        return response_text.partition(",")[0].strip()
+
+    def reward(self, problem: Problem, response_text: str) -> float:
+        return float("".join(sorted(self.scored(response_text))) == problem.answer)
+
+    def answers(self, problem: Problem) -> frozenset[str]:
+        """Every right answer (the part the reward reads): the distinct orderings of the prompt's digits."""
+        return Permutation().answers(problem)
+
+    def demonstration(self, problem: Problem) -> str:
+        """The digits in the prompt's order, then the echo (the warm start draws :meth:`random_demonstration`)."""
+        digits = problem.prompt.rstrip("=")
+        return f"{digits},{digits}"
+
+    def random_demonstration(self, problem: Problem, generator: torch.Generator) -> str:
+        """One of the distinct orderings, uniformly (drawn from ``generator`` as ``perm3``'s), then the echo."""
+        return f"{Permutation().random_demonstration(problem, generator)},{problem.prompt.rstrip('=')}"
+
+
+def scored_text(task: Task, response_text: str) -> str:
+    """What ``task``'s reward reads of a response: its ``scored`` part where it has one (``perm3-echo``'s answer,
+    without the echo), else the whole response with surrounding whitespace stripped."""
+    scored = getattr(task, "scored", None)
+    return scored(response_text) if scored is not None else response_text.strip()
+
+
 TASKS: dict[str, Task] = {
-    t.name: t for t in (Addition(2), Addition(3), Multiplication(), DirectAddition(), Permutation())
+    t.name: t
+    for t in (Addition(2), Addition(3), Multiplication(), DirectAddition(), Permutation(), PermutationEcho())
 }
 
 
@@ -245,7 +309,7 @@ def task_names() -> tuple[str, ...]:
 
 
 def get_task(name: str) -> Task:
-    """The task called ``name`` (``add2``, ``add3``, ``mul2``, ``add1``, ``perm3``)."""
+    """The task called ``name`` (``add2``, ``add3``, ``mul2``, ``add1``, ``perm3``, ``perm3-echo``)."""
     try:
         return TASKS[name]
     except KeyError:

@@ -1,7 +1,11 @@
-"""docs/audit.md's SmolLM2 mechanism numbers are those of the stored audit (docs/audits/smollm2-mechanism.json)."""
+"""docs/audit.md's numbers are those of the stored audits: the SmolLM2 mechanism (docs/audits/smollm2-mechanism.json) and
+the counterfactual audit of the tiny model (docs/audits/counterfactual-tiny*.json)."""
 
 import json
+import math
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parents[2]
 PROSE = " ".join((ROOT / "docs" / "audit.md").read_text().split())
@@ -55,3 +59,148 @@ def test_the_entropy_correlation_is_read_with_its_sign():
             f"tokens' coefficients (their advantages) the correlations are "
             f"{spearman['norm_vs_probability']:.2f} and +{spearman['norm_vs_entropy']:.2f}: the same signs. "
             "So on this batch the probability half of the claim holds and the entropy half does not.").replace("-", "−") in PROSE
+
+
+# ----------------------------------------------------------------------------- the counterfactual audit
+
+PAGE = (ROOT / "docs" / "audit.md").read_text()
+COUNTERFACTUAL = json.loads((ROOT / "docs" / "audits" / "counterfactual-tiny.json").read_text())
+AT_PAPERS_THRESHOLD = json.loads((ROOT / "docs" / "audits" / "counterfactual-tiny-stapo.json").read_text())
+MEASURES = ("entropy_change", "batch_entropy_change", "kl", "update_norm", "update_angle", "reward_change")
+
+
+def two_sided_p(x0: float, null: list[float]) -> float:
+    """(1 + #{k: |x_k - c| >= |x_0 - c|}) / (K + 1), c the median of the K + 1 values (recomputed here)."""
+    values = sorted([x0, *null])
+    n = len(values)
+    c = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    return (1 + sum(abs(x - c) >= abs(x0 - c) for x in null)) / (len(null) + 1)
+
+
+def fisher_p(ps: list[float]) -> float:
+    """P(chi2 with 2S degrees of freedom >= -2 sum ln p) = exp(-X/2) sum_{i<S} (X/2)^i / i!."""
+    half = -sum(math.log(p) for p in ps)
+    return math.exp(-half) * sum(half**i / math.factorial(i) for i in range(len(ps)))
+
+
+def in_page(text: str) -> bool:
+    return " ".join(text.split()) in PROSE
+
+
+def test_the_counterfactual_p_values_ranks_and_combination_are_those_of_the_stored_nulls():
+    states = COUNTERFACTUAL["states"]
+    assert len(states) == 8 and all(s["tests"] is not None for s in states)
+    for s in states:
+        assert s["null_draws"] == 50 and s["restore_check"] == 0.0
+        for arm in ("mask", "probability_only"):
+            for m in MEASURES:
+                x0, null = s["arms"][arm][m], s["null"][m]
+                assert len(null) == 50
+                assert s["tests"][arm][m]["p"] == two_sided_p(x0, null)
+                assert s["tests"][arm][m]["rank"] == 1 + sum(x < x0 for x in null) + sum(x == x0 for x in null) / 2
+    for arm in ("mask", "probability_only"):
+        ps = {m: fisher_p([s["tests"][arm][m]["p"] for s in states]) for m in MEASURES}
+        ordered = sorted(MEASURES, key=ps.get)
+        holm, running = {}, 0.0
+        for i, m in enumerate(ordered):  # Holm's step-down over the six measures
+            running = max(running, min(1.0, (len(MEASURES) - i) * ps[m]))
+            holm[m] = running
+        for m in MEASURES:
+            combined = COUNTERFACTUAL["combined"][arm][m]
+            assert combined["p"] == pytest.approx(ps[m], rel=1e-9) and combined["p_holm"] == pytest.approx(holm[m], rel=1e-9)
+            medians = [s["tests"][arm][m]["null_median"] for s in states]
+            assert combined["above_null_median"] == sum(s["arms"][arm][m] > c for s, c in zip(states, medians))
+            assert combined["below_null_median"] == sum(s["arms"][arm][m] < c for s, c in zip(states, medians))
+    assert all(s["restore_check"] == 0.0 for s in AT_PAPERS_THRESHOLD["states"])
+
+
+def test_the_counterfactual_tables_are_the_stored_audits():
+    from rlstab.demo.counterfactual_report import (
+        combined_table,
+        first_order_line,
+        first_order_table,
+        measure_table,
+        states_table,
+        tokens_line,
+    )
+
+    for table in (states_table(COUNTERFACTUAL), tokens_line(COUNTERFACTUAL), combined_table(COUNTERFACTUAL),
+                  measure_table(COUNTERFACTUAL, "entropy_change"), measure_table(COUNTERFACTUAL, "update_angle"),
+                  first_order_table(COUNTERFACTUAL), first_order_line(COUNTERFACTUAL)):
+        assert in_page(table), table.splitlines()[0]
+
+
+def test_the_counterfactual_prose_is_the_stored_audits():
+    cf, states = COUNTERFACTUAL, COUNTERFACTUAL["states"]
+    s = cf["settings"]
+    assert (s["prompts"], s["group_size"], s["temperature"], s["null_draws"]) == (64, 8, 1.0, 50)
+    assert {x["held_out_problems"] for x in states} == {98} and "`perm3`'s 98 held-out problems" in PROSE
+    runs = cf["source"]["runs"]
+    assert [(r["seed"], r["regime"], r["objective"], r["steps"]) for r in runs] == [
+        (seed, "collapse", "dapo", [5, 10, 15, 20]) for seed in (0, 1)]
+    assert "seeds 0 and 1, 20 steps, checkpoints kept every 5 steps: 8 states" in PROSE
+    from rlstab.lab.regimes import load_regime
+
+    collapse = load_regime("collapse")
+    assert {x["lr"] for x in states} == {collapse.lr} == {3e-4} and collapse.updates_per_step == 4
+    assert "(`perm3`, Adam 3e-4, four updates per rollout batch)" in PROSE
+    assert {round(x["tokens"] / x["responses"]) for x in states} == {4} and "`perm3`'s answers are 4 tokens" in PROSE
+    # at the paper's threshold nothing is silenced anywhere
+    assert [x["silenced"] for x in AT_PAPERS_THRESHOLD["states"]] == [0] * 8 and AT_PAPERS_THRESHOLD["objective"] == "stapo"
+    assert "silences no token in any of the 8 states" in PROSE
+    assert all(1900 < x["tokens"] < 2100 for x in states) and "a batch holds about 2,000" in PROSE
+    import rlstab
+
+    (mask,) = rlstab.load(str(ROOT / "docs" / "audits" / "stapo-tau0.1.yaml")).masks
+    assert (mask.kind, mask.tau_p, mask.entropy_quantile) == ("s2t", 0.1, 0.8) and cf["objective"] == "stapo-tau0.1"
+    assert mask.tau_p / rlstab.load("stapo").masks[0].tau_p == pytest.approx(50) and "fifty-fold" in PROSE
+
+    def span(values, fmt):
+        return f"{fmt(min(values))} to {fmt(max(values))}"
+
+    g3 = lambda x: f"{x:.3g}"  # noqa: E731
+    assert f"silences {span([x['silenced'] for x in states], str)} tokens a state (all digits) of " \
+           f"{span([x['positive_tokens'] for x in states], str)} with A > 0" in PROSE
+    assert all(text.isdigit() for x in states for text in x["silenced_tokens"])
+    angles = [x["arms"]["mask"]["update_angle"] for x in states]
+    medians = [x["tests"]["mask"]["update_angle"]["null_median"] for x in states]
+    assert f"{g3(min(angles))}° to {g3(max(angles))}°" in PROSE and f"median {g3(min(medians))}° to {g3(max(medians))}°" in PROSE
+    assert all(x["tests"]["mask"]["update_angle"]["rank"] == 51 for x in states) and "the largest of the 51 in every state" in PROSE
+    c = cf["combined"]["mask"]
+    assert f"(Holm p {g3(c['update_angle']['p_holm'])} over the states)" in PROSE
+    assert c["update_norm"]["below_null_median"] == 7 and f"7 of 8 states, Holm p {g3(c['update_norm']['p_holm'])})" in PROSE
+    assert c["kl"]["below_null_median"] == 8 and f"8 of 8, Holm p {g3(c['kl']['p_holm'])})" in PROSE
+    drops = [-x["arms"]["all_tokens"]["entropy_change"] for x in states]
+    effects = [x["arms"]["mask"]["entropy_change"] - x["arms"]["all_tokens"]["entropy_change"] for x in states]
+    assert min(drops) > 0 and f"entropy by {g3(min(drops))} to {g3(max(drops))} nats" in PROSE
+    assert f"by {g3(min(effects)).replace('-', '−')} to +{g3(max(effects))} nats" in PROSE
+    assert c["entropy_change"]["below_null_median"] == 7
+    assert (f"below the null median in 7 of 8 states (Holm p {g3(c['entropy_change']['p_holm'])}; on the batch's own "
+            f"tokens, Holm p {g3(c['batch_entropy_change']['p_holm'])})") in PROSE
+    assert f"(Fisher p {g3(c['reward_change']['p'])})" in PROSE
+    rewards = [abs(x["arms"][arm]["reward_change"] - x["arms"]["all_tokens"]["reward_change"])
+               for x in states for arm in ("mask", "probability_only")] + [
+        abs(v - x["arms"]["all_tokens"]["reward_change"]) for x in states for v in x["null"]["reward_change"]]
+    assert max(rewards) <= 1 / 98 + 1e-12 and "by more than one of the 98 problems" in PROSE
+    same = sum(x["probability_only_overlap"] == x["silenced"] for x in states)
+    others = ", ".join(f"{x['probability_only_overlap']} of {x['silenced']}" for x in states
+                       if x["probability_only_overlap"] != x["silenced"])
+    assert f"the mask's in {same} of the 8 states (and {others} in the others)" in PROSE
+    assert all(x["first_order"]["covariance"] < 0 for x in states) and "$c_S < 0$ in all 8 states" in PROSE
+    tally = cf["combined"]["first_order"]
+    assert (tally["held_out"]["agree"], tally["held_out"]["decided"], tally["batch"]["agree"]) == (7, 8, 7)
+    assert "the measured sign agrees in 7 of 8" in PROSE
+    assert (f"agrees {tally['held_out']['null_agree']} times in {tally['held_out']['null_decided']} held out and "
+            f"{tally['batch']['null_agree']} in {tally['batch']['null_decided']} on the batch") in PROSE
+    seconds = [x["seconds"] for x in states]
+    assert f"{cf['seconds']:.0f} s for the 8 states ({min(seconds):.0f} to {max(seconds):.0f} s each, " \
+           f"{s['null_draws'] + 4} updates a state" in PROSE
+    assert f"{AT_PAPERS_THRESHOLD['seconds']:.0f} s for the audit at the paper's threshold" in PROSE
+
+
+def test_the_counterfactual_methods_numbers_are_the_codes():
+    from rlstab.demo.counterfactual import MICRO_BATCH, METHODS
+
+    assert MICRO_BATCH == 64 and "micro-batches of 64 responses" in PROSE
+    assert "seed * 100000 + the state's index" in METHODS["null"] and "seeded by `seed x 100000 +` the state's index" in PROSE
+    assert f"{1 / 51:.3g}" == "0.0196" and "$1/(K+1)$, 0.0196 at K = 50" in PROSE

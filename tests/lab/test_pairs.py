@@ -136,3 +136,13 @@ def test_the_no_op_seeds_give_the_effective_n():
     _, paired = tables(runs, ["a", "b"], ["r"], {"b": "a"}, same={("r", "b"): [0, 3]})
     d = paired["r"]["b"]["accuracy_auc"]
     assert d["n"] == 4 and d["n_effective"] == 2 and d["sd_effective"] == pytest.approx(0.1 / 2 ** 0.5)
+
+
+def test_late_minus_peak_reward_is_aggregated_only_where_runs_have_it():
+    runs = _runs({"a": [0.5, 0.5, 0.5], "b": [0.6, 0.62, 0.61]})
+    aggregates, _ = tables(runs, ["a", "b"], ["r"], {"b": "a"})
+    assert "late_minus_peak_reward" not in aggregates["r"]["a"]  # summaries stored before it existed
+    for i, run in enumerate(runs):
+        run["summary"]["late_minus_peak_reward"] = -0.1 * (i % 3)
+    aggregates, _ = tables(runs, ["a", "b"], ["r"], {"b": "a"})
+    assert aggregates["r"]["a"]["late_minus_peak_reward"]["mean"] == pytest.approx(-0.1)  # (0 - 0.1 - 0.2) / 3

@@ -35,6 +35,23 @@ def test_the_collapse_regime_is_calibrated_per_seed_on_a_task_with_several_answe
     assert (default.pass_k, default.warm_start_band) == (0, None)  # the other regimes measure as before
 
 
+def test_the_spurious_regime_is_collapse_on_the_echo_task_at_temperature_one():
+    spurious, collapse = load_regime("spurious"), load_regime("collapse")
+    assert (spurious.task, spurious.temperature) == ("perm3-echo", 1.0)
+    same = ("lr", "updates_per_step", "warm_start_band", "pass_k", "pass_samples", "instruments", "group_size",
+            "prompts_per_step", "micro_batch_size", "policy_lag", "warmup_steps")
+    assert {f: getattr(spurious, f) for f in same} == {f: getattr(collapse, f) for f in same}
+    assert spurious.train_config(steps=100, seed=100).temperature == 1.0
+
+
+def test_the_small_lm_collapse_regime_is_small_lm_at_adam_3e_4_and_temperature_one():
+    collapse, small = load_regime("small-lm-collapse"), load_regime("small-lm")
+    assert (collapse.task, collapse.lr, collapse.temperature) == ("add1", 3e-4, 1.0)
+    assert (small.lr, small.temperature) == (1e-4, 0.8)
+    same = ("updates_per_step", "prompts_per_step", "micro_batch_size", "group_size", "policy_lag", "instruments", "pass_k")
+    assert {f: getattr(collapse, f) for f in same} == {f: getattr(small, f) for f in same}
+
+
 def test_a_user_regime_file_takes_its_name_from_the_file(tmp_path):
     path = tmp_path / "my-lag.yaml"
     path.write_text("policy_lag: 3\nlr: 1.0e-4\n")

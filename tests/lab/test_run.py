@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rlstab.lab.checkpoint import CHECKPOINT_FILE, SUMMARY_FILE, load_checkpoint, read_rows
+from rlstab.lab.checkpoint import CHECKPOINT_FILE, SUMMARY_FILE, kept_checkpoints, load_checkpoint, read_rows
 from rlstab.lab.regimes import load_regime
 from rlstab.lab.run import execute
 from rlstab.lab.spec import RunSpec, mismatch
@@ -56,6 +56,23 @@ def test_the_checkpoint_holds_the_objectives_state(tmp_path, cache):
     # two RL steps of two optimizer updates each: BAPO chose bounds 4 times (one per gather)
     assert label == "surrogate (bapo)" and state["steps"] == 4
     assert len(saved["snapshots"]) == 2  # lag 1: the weights after steps 1 and 2
+
+
+def test_kept_checkpoints_stay_after_the_run_and_resume_to_its_rows(tmp_path, cache):
+    import torch
+
+    s = spec(steps=3)
+    kept = execute(s, tmp_path / "kept", cache_dir=cache, checkpoint_every=2, keep_checkpoints=True)
+    assert not (tmp_path / "kept" / CHECKPOINT_FILE).exists()  # the resumable checkpoint still goes at the end
+    assert list(kept_checkpoints(tmp_path / "kept")) == [2]  # every checkpoint_every steps: 2 of 3
+    saved = torch.load(kept_checkpoints(tmp_path / "kept")[2], weights_only=True)
+    assert saved["step"] == 2 and [r["step"] for r in saved["rows"]] == [0, 1, 2]
+    # the kept state is the run's: resumed from it, a run ends with the same rows
+    (tmp_path / "again").mkdir()
+    torch.save(saved, tmp_path / "again" / CHECKPOINT_FILE)
+    again = execute(s, tmp_path / "again", cache_dir=cache, checkpoint_every=2)
+    assert without_time(again["rows"]) == without_time(kept["rows"])
+    assert not (tmp_path / "again" / "checkpoints").exists()  # kept only when asked
 
 
 def test_a_finished_run_is_read_not_retrained(tmp_path, cache):

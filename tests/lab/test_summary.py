@@ -1,6 +1,6 @@
 import pytest
 
-from rlstab.lab.summary import accuracy_auc, run_summary
+from rlstab.lab.summary import accuracy_auc, late_minus_peak, run_summary
 
 
 def _row(step, entropy, accuracy=None, reward=0.5, grad=1.0, silenced=0.0, clip=(0.0, 0.0, 0.0), ess=1.0):
@@ -72,3 +72,16 @@ def test_pass_at_k_is_summarised_from_the_first_and_last_measured_rows():
     assert (s["start_pass_at_k"], s["final_pass_at_k"]) == (0.8, 0.95)
     assert (s["start_distinct_correct"], s["final_distinct_correct"]) == (3.0, 1.25)
     assert "final_pass_at_k" not in run_summary([{k: v for k, v in r.items() if k != "pass_at_k"} for r in rows])
+
+
+def test_late_minus_peak_reward_by_hand():
+    rewards = [0.2, 0.4, 0.6, 0.8, 1.0, 0.6, 0.4, 0.2, 0.2, 0.2]
+    # moving means of 5: steps 1-5 (0.2+0.4+0.6+0.8+1.0)/5 = 0.60, 2-6 3.4/5 = 0.68, 3-7 3.4/5 = 0.68,
+    # 4-8 3.0/5 = 0.60, 5-9 2.4/5 = 0.48, 6-10 (0.6+0.4+0.2+0.2+0.2)/5 = 0.32: late 0.32 - peak 0.68 = -0.36
+    assert late_minus_peak(rewards) == pytest.approx(-0.36)
+    rows = [{"step": 0, "accuracy": 0.3}] + [_row(step, 0.3, reward=r) for step, r in enumerate(rewards, start=1)]
+    assert run_summary(rows)["late_minus_peak_reward"] == pytest.approx(-0.36)
+    assert late_minus_peak([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) == 0.0  # rising: the last window is the best
+    assert late_minus_peak([0.5] * 5) == 0.0  # one window: late is the peak
+    assert late_minus_peak([0.5] * 4) is None  # fewer steps than the window
+    assert run_summary(rows[:5])["late_minus_peak_reward"] is None

@@ -53,6 +53,15 @@ def test_measure_counts_right_samples_and_distinct_right_answers():
     assert out == {"k": 2, "n": 4, "pass_at_k": 0.75, "distinct_correct": 1.5}  # distinct: (2 + 1) / 2
 
 
+def test_distinct_right_answers_are_told_apart_by_what_the_reward_reads():
+    task = get_task("perm3-echo")
+    # 3 of 4 right: "147" with two different echoes (one right answer), "714"; "999,471" is wrong.
+    policy = Scripted(["147,471", "147,999", "714,471", "999,471"])
+    out = measure(policy, task, [Problem("471=", "147")], k=2, n=4, temperature=1.0, generator=torch.Generator())
+    # pass@2: n - c = 1 < 2 -> 1; distinct right answers: {"147", "714"} = 2 (the whole responses would be 3)
+    assert out == {"k": 2, "n": 4, "pass_at_k": 1.0, "distinct_correct": 2.0}
+
+
 def test_the_sample_seed_is_apart_from_the_runs_streams():
     assert sample_seed(0, 0) == 1_000_003 and sample_seed(2, 5) == 3_000_014  # 1_000_003 * 3 + 5
     seeds = {sample_seed(s, step) for s in range(5) for step in range(201)}

@@ -1,0 +1,209 @@
+"""``rlstab audit --counterfactual``: its flags, their checks and the run (``rlstab.demo.counterfactual`` computes).
+
+Only argparse and pydantic at import time: ``rlstab --help`` builds every parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from rlstab.errors import one_line
+from rlstab.number_flags import number
+
+COMMAND = "rlstab audit"
+DATA_FILE = "counterfactual.json"
+TABLE_FILE = "audit.md"
+DEFAULT_PROMPTS = {"tiny": 64, "smollm2": 16}
+"""Problems of the update's batch by default (x ``--group-size`` responses). On this project's busy two-core machine
+an update and its measures took 2 to 4 s for the tiny model's 512 responses, 1 to 2 minutes for SmolLM2's 128."""
+DEFAULT_HELD_OUT = {"tiny": 256, "smollm2": 16}
+"""Held-out problems by default: the trainer's own held-out set for the tiny model (``TrainConfig.eval_size``); a few
+for SmolLM2, whose greedy evaluation after every update is most of an arm's cost."""
+ONLY_HERE = ("sources", "states", "null_draws", "held_out", "lr")
+"""The dests of the flags that apply to ``--counterfactual`` only."""
+NOT_HERE = ("top_k", "mechanism")
+"""The dests of the token audit's flags that ``--counterfactual`` does not use."""
+
+
+class CounterfactualNumbers(BaseModel):
+    """``rlstab audit --counterfactual``'s own numbers."""
+
+    null_draws: int = Field(50, ge=50, le=10_000)
+    """Count-matched random sets per state, K: at least 50 (issue 39), so the smallest p is 1/51 < 0.02."""
+    held_out: int = Field(256, ge=1, le=4096)
+    """Held-out problems for the entropy, KL and reward measures."""
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """``--counterfactual`` and the flags that apply to it only."""
+    from rlstab.trainer.config import TrainConfig
+
+    p.add_argument("--counterfactual", action="store_true",
+                   help="instead of the token audit, apply one optimizer update from each saved state with all tokens, "
+                        "with the mask's tokens silenced, with --null-draws count-matched random sets of positive-"
+                        "advantage tokens and with the as many lowest-probability ones, and rank the mask's effect on "
+                        "entropy, KL, Adam's update and held-out reward within its null (see docs/audit.md)")
+    p.add_argument("--from", dest="sources", action="append", metavar="DIR",
+                   help="--counterfactual: a lab run's folder (runs/REGIME/OBJECTIVE/seedN of rlstab compare "
+                        "--keep-checkpoints) whose checkpoints are the states; repeat for several runs "
+                        "(default: --model as loaded, with a fresh Adam)")
+    p.add_argument("--states", metavar="STEP,...",
+                   help="--counterfactual with --from: the checkpoints' steps to audit, e.g. 5,10,20 (default: all)")
+    number(p, "--null-draws", CounterfactualNumbers, optional="default 50",
+           help="--counterfactual: count-matched random sets per state, K")
+    number(p, "--held-out", CounterfactualNumbers,
+           optional=f"default {DEFAULT_HELD_OUT['tiny']} for tiny, {DEFAULT_HELD_OUT['smollm2']} for smollm2",
+           help="--counterfactual: held-out problems for the entropy, KL and reward measures")
+    number(p, "--lr", TrainConfig, optional=f"default {TrainConfig.model_fields['lr'].default:g}",
+           help="--counterfactual without --from: Adam's learning rate (with --from, each checkpoint's own)")
+
+
+def flags_ok(args) -> bool:
+    """False after one line per flag given where it does not apply: a counterfactual flag without
+    ``--counterfactual``, a token-audit flag with it."""
+    ok = True
+    if not args.counterfactual:
+        for dest in ONLY_HERE:
+            if getattr(args, dest) is not None:
+                print(f"{COMMAND}: {_flag(dest)} applies to --counterfactual only; leave it out", file=sys.stderr)
+                ok = False
+        return ok
+    for dest in NOT_HERE:
+        if getattr(args, dest) not in (None, False):
+            print(f"{COMMAND}: {_flag(dest)} applies to the token audit, not to --counterfactual; leave it out",
+                  file=sys.stderr)
+            ok = False
+    if args.objective and len(args.objective) > 1:
+        print(f"{COMMAND}: --counterfactual audits one objective's mask; give --objective once "
+              f"(got {len(args.objective)})", file=sys.stderr)
+        ok = False
+    if args.sources:
+        for dest in ("warmup_steps", "cache_dir", "lr"):
+            if getattr(args, dest) is not None:
+                print(f"{COMMAND}: {_flag(dest)} does not apply with --from (the states are the run's checkpoints); "
+                      "leave it out", file=sys.stderr)
+                ok = False
+    elif args.states is not None:
+        print(f"{COMMAND}: --states {shlex.quote(args.states)} needs --from (the steps of a lab run's checkpoints)",
+              file=sys.stderr)
+        ok = False
+    return ok
+
+
+def _flag(dest: str) -> str:
+    return "--from" if dest == "sources" else "--" + dest.replace("_", "-")
+
+
+def parse_states(text: str | None) -> list[int] | None:
+    """``--states 5,10,20`` as ``[5, 10, 20]``; None for None; ``ValueError`` with the one line to print."""
+    if text is None:
+        return None
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise ValueError(f"--states {shlex.quote(text)}: give checkpoint steps as whole numbers of at least 1, "
+                         "separated by commas (5,10,20)")
+    return [int(part) for part in parts]
+
+
+def run(args, ok: bool) -> int:
+    """``rlstab audit --counterfactual`` (``ok``: the shared flag checks passed). Every input is checked before
+    anything is loaded, sampled or written; each problem is one line, exit status 2."""
+    from rlstab.command_line import load_inputs
+    from rlstab.demo.counterfactual import problems_of
+    from rlstab.demo.counterfactual_states import StateError, lab_runs
+
+    runs = None
+    try:
+        steps = parse_states(args.states)
+    except ValueError as err:
+        print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
+        ok, steps = False, None
+    model, task_name = args.model or "tiny", args.task or "add2"
+    if args.sources:
+        try:
+            runs = lab_runs(args.sources, steps)
+        except StateError as err:
+            print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
+            ok = False
+        if runs:
+            for flag, given, theirs in (("--model", args.model, runs[0].model), ("--task", args.task, runs[0].task)):
+                if given is not None and given != theirs:
+                    print(f"{COMMAND}: {flag} {given}: the --from runs are {theirs}'s; leave {flag} out",
+                          file=sys.stderr)
+                    ok = False
+            model, task_name = runs[0].model, runs[0].task
+    source = (args.objective or ["stapo"])[0]
+    inputs = load_inputs([source], task_name, COMMAND)
+    if inputs is not None:
+        for problem in problems_of(inputs[0][0].objective):
+            print(one_line(f"{COMMAND}: --objective {source}: {problem}"), file=sys.stderr)
+            ok = False
+    if not ok or inputs is None:
+        return 2
+    from rlstab.lazy import load
+
+    torch = load()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads or (1 if model == "tiny" else threads))
+    try:
+        return _run(args, inputs, model, runs)
+    except StateError as err:  # a checkpoint damaged after the check: nothing written
+        print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
+        return 2
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args, inputs, model: str, runs) -> int:
+    from rlstab.demo.counterfactual import counterfactual_audit
+    from rlstab.demo.counterfactual_report import document, printed
+    from rlstab.demo.counterfactual_states import load_state, model_state, policy_for
+    from rlstab.trainer.config import TrainConfig
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    (loss_fn,), (label,), task = inputs
+    started = time.perf_counter()
+    if runs:
+        policy = policy_for(model, task, progress=log)
+        states = [lambda run=run, step=step: load_state(run, step) for run in runs for step in run.checkpoints]
+        source = {"kind": "lab", "model": model, "task": task.name,
+                  "runs": [{"folder": str(r.folder), "objective": r.label, "seed": r.seed, "regime": r.regime.get("name"),
+                            "steps": list(r.checkpoints)} for r in runs]}
+    else:
+        from rlstab.trainer.models import load_policy
+
+        try:
+            policy = load_policy(model, task, seed=args.seed, cache_dir=args.cache_dir, progress=log,
+                                 warm_start_steps=args.warmup_steps)
+        except (ImportError, RuntimeError) as err:
+            print(f"{COMMAND}: {err}", file=sys.stderr)
+            return 2
+        lr = args.lr if args.lr is not None else TrainConfig.model_fields["lr"].default
+        states = [model_state(policy, label="warm start" if model == "tiny" else "pretrained", lr=lr,
+                              max_grad_norm=TrainConfig.model_fields["max_grad_norm"].default)]
+        source = {"kind": "model", "model": model, "task": task.name, "lr": lr}
+    data = counterfactual_audit(
+        policy, task, loss_fn.objective, label, states, source=source,
+        prompts=args.prompts or DEFAULT_PROMPTS[model], group_size=args.group_size, temperature=args.temperature,
+        seed=args.seed, null_draws=args.null_draws or CounterfactualNumbers.model_fields["null_draws"].default,
+        held_out=args.held_out or DEFAULT_HELD_OUT[model], log=log,
+    )
+    data = {"command": "rlstab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["audit"] else None,
+            **data}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TABLE_FILE).write_text(document(data))
+    (out / DATA_FILE).write_text(json.dumps(data, indent=1) + "\n")
+    print(printed(data))
+    log(f"audit: wrote {out / TABLE_FILE} and {out / DATA_FILE} in {time.perf_counter() - started:.0f} s")
+    return 0
