@@ -724,3 +724,23 @@ def test_the_collapse_reruns_reading_is_its_stored_runs():
     assert f"the control silences {100 * silenced:.3f}% of the valid tokens" in prose
     walls = sorted(s["wall_time"] for s in summaries.values())
     assert f"(each run {walls[0]:.0f} to {walls[-1]:.0f} s, median {(walls[7] + walls[8]) / 2:.0f} s" in prose
+
+
+def test_the_spurious_regimes_gate_outcome_is_its_stored_run():
+    import gzip
+
+    gate = json.loads(gzip.decompress((ROOT / "docs" / "gates" / "spurious.json.gz").read_bytes()))
+    assert gate["verdict"] == "PASS" and gate["settings"]["regime"] == "spurious" and gate["settings"]["steps"] == 100
+    prose = " ".join(PAGE.split())
+    seconds = sum(r["seconds"] for r in gate["runs"])
+    assert f"**PASS**, run after the protocol above was committed, in {seconds:.0f} s" in prose
+    for r in gate["runs"]:
+        rows = [x for x in r["rows"] if x["step"] > 0]
+        shares = [[x["loss"][f"shadow/s2t_{i}/silenced"] / x["loss"]["tokens/valid"] for x in rows] for i in range(3)]
+        fired = " / ".join(str(sum(f >= 1e-4 for f in s)) for s in shares)
+        means = " / ".join(f"{100 * sum(s) / len(s):.3f}%" for s in shares)
+        line = (f"| {r['seed']} | {r['warm_start']['steps']} | {r['start_entropy']:.3f} → {r['final_entropy']:.3f} | "
+                f"{r['ratio']:.3f} | {fired} | {means} |")
+        assert line in PAGE, line
+        assert r["collapsed"] and r["ratio"] < 0.5
+    assert f"on {gate['fired']['shadow/s2t_2']} of the 200 steps, against the gate's 20%" in prose
