@@ -48,6 +48,9 @@ ALLOWED = {
         "--top-k": "an integer from 1 to 1,000",
         "--warmup-steps": "an integer from 0 to 100,000",
         "--threads": "an integer from 1 to 1,024",
+        "--null-draws": "an integer from 50 to 10,000",
+        "--held-out": "an integer from 1 to 4,096",
+        "--lr": "a finite number above 0, at most 1",
     },
     "compare": {
         "--seeds": "an integer from 1 to 10,000",
@@ -59,11 +62,14 @@ ALLOWED = {
 # The flags that are not numbers (names, files, switches): every other flag must be a checked number.
 NOT_NUMBERS = {
     "demo": {"--help", "--objective", "--task", "--model", "--out", "--cache-dir", "--quiet"},
-    "audit": {"--help", "--objective", "--model", "--task", "--out", "--cache-dir", "--mechanism", "--quiet"},
+    "audit": {"--help", "--objective", "--model", "--task", "--out", "--cache-dir", "--mechanism", "--quiet",
+              "--counterfactual", "--from", "--states"},
     "compare": {"--help", "--objective", "--baseline", "--pair", "--protocol", "--regime", "--task", "--model",
-                "--ray-address", "--cache-dir", "--out", "--quiet"},
+                "--ray-address", "--cache-dir", "--out", "--quiet", "--keep-checkpoints"},
 }
 REQUIRED = {"demo": [], "audit": [], "compare": ["--objective", "grpo"]}
+# Flags that apply with another only: given with it, so that their number's error is the only problem.
+WITH = {("audit", flag): ["--counterfactual"] for flag in ("--null-draws", "--held-out", "--lr")}
 HOSTILE = ["nan", "inf", "-1", "0", "1e20", "ten"]
 VALID = {("demo", "--seed", "0"), ("demo", "--warmup-steps", "0"), ("audit", "--seed", "0"), ("audit", "--warmup-steps", "0")}
 """The hostile values that a flag allows: a seed of 0, and no supervised warm-up."""
@@ -102,7 +108,7 @@ CASES = [(command, flag, value) for command in sorted(ALLOWED) for flag in ALLOW
 @pytest.mark.parametrize(("command", "flag", "value"), CASES, ids=[" ".join(c) for c in CASES])
 def test_a_hostile_number_is_one_line_and_status_2(command, flag, value, tmp_path, capsys, no_work):
     out = tmp_path / "out"
-    argv = [command, *REQUIRED[command], f"{flag}={value}", "--out", str(out)]
+    argv = [command, *REQUIRED[command], *WITH.get((command, flag), []), f"{flag}={value}", "--out", str(out)]
     if (command, flag, value) in VALID:
         args = build_parser().parse_args(argv)
         assert check_numbers(args, f"rlstab {command}")
