@@ -118,7 +118,7 @@ PUBLISHED = sorted((ROOT / "docs" / "lab").glob("*.json"))
 
 def test_there_are_published_results():
     # sorted paths: "-" sorts before "."
-    assert [p.stem for p in PUBLISHED] == ["collapse-rerun", "collapse", "deep", "goldilocks", "lag-control", "lag", "policy-lag-ratio", "sparse",
+    assert [p.stem for p in PUBLISHED] == ["collapse-rerun", "collapse", "deep", "goldilocks", "lag-control", "lag", "policy-lag-ratio", "sparse", "spurious",
                                            "token", "vcpo"]
 
 
@@ -744,3 +744,52 @@ def test_the_spurious_regimes_gate_outcome_is_its_stored_run():
         assert line in PAGE, line
         assert r["collapsed"] and r["ratio"] < 0.5
     assert f"on {gate['fired']['shadow/s2t_2']} of the 200 steps, against the gate's 20%" in prose
+
+
+def _spurious():
+    data = json.loads((ROOT / "docs" / "lab" / "spurious.json").read_text())
+    return data, {(r["objective"], r["seed"]): r["summary"] for r in data["runs"]}
+
+
+def test_the_dose_responses_gates_and_primary_test_are_its_stored_runs():
+    data, summaries = _spurious()
+    prose = " ".join(PAGE.split())
+    assert len(summaries) == 40 and data["settings"]["seeds"] == list(range(8))
+    for g in data["gates"]["spurious"]:
+        assert g["passed"] and f"`{g['arm']}`'s `{g['mask']}`" in prose
+        assert f"on {g['firing_steps']} of its {g['steps']} steps ({100 * g['share']:.1f}%)" in prose
+    t = data["trend"]["spurious"]
+    assert t["m"] == 1 and t["n"] == 8
+    assert (f"{t['mean']:+.4f} [{t['low']:+.4f}, {t['high']:+.4f}] ({t['wins']}/{t['ties']}/{t['losses']}, "
+            f"p {t['p']:.4f}, MDE {t['mde']:.4f})") in prose
+
+
+def test_the_dose_responses_arms_are_its_stored_runs():
+    data, summaries = _spurious()
+    prose = " ".join(PAGE.split())
+    agg = data["aggregates"]["spurious"]
+    arms = ["dapo-shadow", "stapo-0.002", "stapo-0.01", "stapo-0.05", "random-matched"]
+    assert ", ".join(f"`{a}` {agg[a]['entropy_ratio']['mean']:.3f}" for a in arms) in prose
+    ratios = [s["entropy_ratio"] for s in summaries.values()]
+    assert f"the 40 runs' own ratios span {min(ratios):.3f} to {max(ratios):.3f}" in prose
+    assert ", ".join(f"`{a}` {100 * agg[a]['mean_silenced_fraction']['mean']:.3f}%" for a in arms) in prose
+    walls = sorted(s["wall_time"] for s in summaries.values())
+    assert f"(each run {walls[0]:.0f} to {walls[-1]:.0f} s, median {(walls[19] + walls[20]) / 2:.0f} s" in prose
+
+
+def test_the_dose_responses_reading_is_its_stored_runs():
+    data, _ = _spurious()
+    prose = " ".join(PAGE.split())
+    t = data["trend"]["spurious"]
+    assert t["distinguishable"] and t["high"] < 0  # downwards: the protocol's second reading
+    assert "the trend is distinguishable from zero, downwards: here S2T speeds the collapse" in prose
+    paired = data["paired"]["spurious"]
+    found = {(o, m) for o, ms in paired.items() for m, d in ms.items() if d["distinguishable"]}
+    assert found == {("stapo-0.05", "entropy_ratio"), ("stapo-0.05", "final_entropy"),
+                     ("random-matched", "entropy_ratio"), ("random-matched", "final_entropy")}
+    for objective, words in (("random-matched", "`random-matched` keeps more entropy than `stapo-0.05`, entropy ratio "),
+                             ("stapo-0.05", "`stapo-0.05` against `dapo-shadow`: entropy ratio ")):
+        d = paired[objective]["entropy_ratio"]
+        assert (f"{words}{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] ({d['wins']}/{d['ties']}/{d['losses']}, "
+                f"Holm p {d['p_holm']:.4f})") in prose
+    assert data["settings"]["pairs"]["random-matched"] == "stapo-0.05"

@@ -22,7 +22,7 @@ def test_the_published_statistics_are_this_versions(path):
     again = json.loads(json.dumps(restate_published(path)))
     assert again == data
     # the grids whose per-step rows were kept are compared by their rows
-    assert data["no_ops"]["compared"] == ("per-step rows" if path.stem in ("collapse", "collapse-rerun", "policy-lag-ratio") else "run summaries")
+    assert data["no_ops"]["compared"] == ("per-step rows" if path.stem in ("collapse", "collapse-rerun", "policy-lag-ratio", "spurious") else "run summaries")
 
 
 def test_the_kept_rows_are_found_beside_the_results(tmp_path):
