@@ -26,6 +26,8 @@ import pytest
 import rlstab.lab.backends as backends
 import rlstab.trainer.models as models
 from rlstab.cli import build_parser, main
+from rlstab.demo import counterfactual_command
+from rlstab.demo.counterfactual_command import _flag
 from rlstab.number_flags import check_numbers
 from rlstab.path_flags import folder_flags
 
@@ -54,7 +56,7 @@ ACCEPTED = {
     ("audit", "--warmup-steps", "0"): "no supervised warm-up: the freshly initialised model",
 }
 """Hostile values a flag allows, each with its reason (``rlstab demo --help`` states the ranges)."""
-REPEATABLE = {"append": "a flag meant to repeat (--objective, --regime, --pair)",
+REPEATABLE = {"append": "a flag meant to repeat (--objective, --regime, --pair, audit's --from)",
               "switch": "a switch given twice still means on; no value is lost"}
 """The kinds of option that may be given twice, and why; every other option given twice is refused."""
 NOT_VALUES = {"help": "prints the help and exits 0", "version": "prints the version and exits 0"}
@@ -63,6 +65,13 @@ REQUIRED = {"validate": {"FILE": "grpo"}, "explain": {"FILE|PRESET": "grpo"}, "d
             "audit": {"--objective": "grpo"}, "compare": {"--objective": "grpo", "--out": "out"}}
 """What each subcommand is given besides the argument under test (replaced when that is the one tested): what it
 needs, and one objective where its default is several (each is loaded, which is most of a case's time)."""
+
+CONTEXT = {("audit", _flag(dest)): {"--objective": "stapo", "--counterfactual": None}
+           for dest in counterfactual_command.ONLY_HERE}
+CONTEXT["audit", "--states"] |= {"--from": "arun"}
+"""Flags that apply only beside others, given them (an objective with a mask, ``--from`` the workplace's
+``arun``): a hostile value is then its one problem (``audit --lr ten`` alone has two, the value and the
+flag's place, and says both)."""
 
 CONFLICTS = [
     ("demo", ["--model", "smollm2", "--warmup-steps", "5"], "--warmup-steps applies to --model tiny only"),
@@ -111,8 +120,9 @@ def arguments() -> list[tuple[str, argparse.ArgumentParser, argparse.Action]]:
 
 def argv_for(command: str, tested: str | None = None, values: tuple[str, ...] = ()) -> list[str]:
     """``command`` with its required arguments but ``tested``, then ``tested`` given ``values`` (one each)."""
-    required = REQUIRED.get(command, {})
-    options = [word for flag, value in required.items() if flag.startswith("--") and flag != tested for word in (flag, value)]
+    required = REQUIRED.get(command, {}) | CONTEXT.get((command, tested), {})
+    options = [word for flag, value in required.items() if flag.startswith("--") and flag != tested
+               for word in (flag, value) if word is not None]
     positionals = [value for flag, value in required.items() if not flag.startswith("--")]
     if tested is None:
         return [command, *options, *positionals]
@@ -130,12 +140,16 @@ REPEATS = [(command, name(action), kind(parser, action)) for command, parser, ac
 
 @pytest.fixture
 def workplace(tmp_path, monkeypatch):
-    """An empty working folder but ``afile`` (not YAML) and ``adir/``; any work fails the test. Ray and the smollm2
+    """An empty working folder but ``afile`` (not YAML), ``adir/`` and ``arun/``; any work fails the test. Ray and the smollm2
     extra count as installed, so that a case shows its own problem only, whatever this environment has (Ray's
     absence is tested in tests/lab/test_compare_command.py, the extra's in tests/demo/test_demo_command.py)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text(FILE_TEXT)
     (tmp_path / "adir").mkdir()
+    (tmp_path / "arun" / "checkpoints").mkdir(parents=True)  # a lab run's folder as --from reads it, unloaded
+    (tmp_path / "arun" / "spec.json").write_text(
+        '{"label": "stapo", "model": "tiny", "task": "add2", "seed": 0, "regime": {"name": "r"}}')
+    (tmp_path / "arun" / "checkpoints" / "step5.pt").write_bytes(b"")
     if os.geteuid() != 0:
         (tmp_path / "readonly").mkdir(mode=0o555)
     monkeypatch.setattr(models, "load_policy", lambda *a, **k: pytest.fail("loaded a model: the value was not refused"))
@@ -211,7 +225,7 @@ def test_a_single_value_option_given_twice_is_refused(command, flag, kind_, work
 
 def test_only_flags_meant_to_repeat_may_repeat():
     appended = {(command, name(action)) for command, _, action in arguments() if isinstance(action, argparse._AppendAction)}
-    assert appended == {("demo", "--objective"), ("audit", "--objective"), ("compare", "--objective"),
+    assert appended == {("demo", "--objective"), ("audit", "--objective"), ("audit", "--from"), ("compare", "--objective"),
                         ("compare", "--pair"), ("compare", "--regime")}, REPEATABLE["append"]
 
 
