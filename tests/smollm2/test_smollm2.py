@@ -167,16 +167,22 @@ def test_rlstab_audit_with_smollm2_end_to_end(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
-def test_the_lab_plans_the_docs_smollm2_command_and_runs_a_step(tmp_path):
+def test_the_lab_plans_the_docs_smollm2_command_and_runs_a_step(tmp_path, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[2])  # the commands' paths are the repository root's
     from rlstab.cli import build_parser
     from rlstab.lab import compare, plan
+    from rlstab.lab.protocol import load_protocol
 
     page = (Path(__file__).parents[2] / "docs" / "lab.md").read_text().replace("\\\n", " ")
-    (line,) = [text.strip() for text in page.splitlines() if text.startswith("rlstab compare --model smollm2")]
-    args = build_parser().parse_args(shlex.split(line)[1:])
-    planned = plan(args.objective, out=tmp_path / "planned", seeds=args.seeds, steps=args.steps,
-                   regimes=args.regime, model=args.model)
-    assert len(planned.jobs) == 3
+    lines = [text.strip() for text in page.splitlines() if text.startswith("rlstab compare --model smollm2")]
+    jobs = []
+    for n, line in enumerate(lines):  # "A real LM" (grpo, 3 seeds) and "STAPO on SmolLM2-135M" (3 arms x 6 seeds)
+        args = build_parser().parse_args(shlex.split(line)[1:])
+        planned = plan(args.objective, out=tmp_path / f"planned{n}", seeds=args.seeds, steps=args.steps,
+                       regimes=args.regime, model=args.model,
+                       protocol=load_protocol(args.protocol) if args.protocol else None)
+        jobs.append(len(planned.jobs))
+    assert jobs == [3, 18]
 
     results = compare(["grpo"], seeds=1, steps=1, regimes=["small-lm"], model="smollm2", workers=1,
                       out=tmp_path / "run", progress=False)
