@@ -358,6 +358,37 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
 # ----------------------------------------------------------------------------- the mechanism
 
 
+def silenced_texts(sample: Sample, silenced: torch.Tensor) -> dict[str, int]:
+    """How often each token text is among the ``silenced`` tokens (``[N, T]`` bool), most often first."""
+    counts = Counter(sample.token_texts.get(int(t), str(int(t))) for t in sample.response_ids[silenced].tolist())
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def rollout_of(sample: Sample, policy: Policy) -> Rollout:
+    """``sample``'s responses as a :class:`Rollout` of ``policy`` (its prompts encoded again), to score them with grad."""
+    return Rollout([policy.codec.encode(sample.problems[int(g)].prompt) for g in sample.group_ids],
+                   sample.response_ids, sample.response_mask, sample.rollout_logprobs)
+
+
+def step_batches(sample: Sample, objective: Objective):
+    """``batch_of(rows, logprobs, entropy) -> TokenBatch``: micro-batches of ``sample`` as one on-policy step of
+    ``objective`` (old log-probabilities the sample's; root rollouts for ``dual_stream``; equal per-response gradient
+    norms where the advantage reads them), with the given current log-probabilities and entropies."""
+    branch = torch.zeros(sample.responses, dtype=torch.bool) if objective.dual_stream is not None else None
+    norms = torch.ones(sample.responses) if "grad_sq_norms" in objective.advantage.reads else None
+
+    def batch_of(rows: list[int], logprobs: torch.Tensor, entropy: torch.Tensor) -> TokenBatch:
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        return TokenBatch(
+            logprobs=logprobs, old_logprobs=sample.logprobs[idx], response_mask=sample.response_mask[idx],
+            entropy=entropy, rollout_logprobs=None if sample.rollout_logprobs is None else sample.rollout_logprobs[idx],
+            rewards=sample.rewards[idx], group_ids=sample.group_ids[idx],
+            grad_sq_norms=None if norms is None else norms[idx], is_branch=None if branch is None else branch[idx],
+        )
+
+    return batch_of
+
+
 def audit_mechanism(sample: Sample, policy: Policy, objective: Objective | CompiledObjective, *,
                     micro_batch: int = _CHUNK_ROWS) -> dict:
     """STAPO's mechanism on ``sample`` as one step of ``objective`` (``rlstab.trainer.mechanism.StepMeter``).
@@ -374,21 +405,8 @@ def audit_mechanism(sample: Sample, policy: Policy, objective: Objective | Compi
     if not sample.problems:
         raise ValueError("the mechanism needs the sample's problems (their prompts), to score its responses again")
     loss_fn = (objective.objective if isinstance(objective, CompiledObjective) else objective).compile()
-    obj = loss_fn.objective
-    rollout = Rollout([policy.codec.encode(sample.problems[int(g)].prompt) for g in sample.group_ids],
-                      sample.response_ids, sample.response_mask, sample.rollout_logprobs)
-    branch = torch.zeros(sample.responses, dtype=torch.bool) if obj.dual_stream is not None else None
-    norms = torch.ones(sample.responses) if "grad_sq_norms" in obj.advantage.reads else None
-
-    def batch_of(rows: list[int], logprobs: torch.Tensor, entropy: torch.Tensor) -> TokenBatch:
-        idx = torch.as_tensor(rows, dtype=torch.long)
-        return TokenBatch(
-            logprobs=logprobs, old_logprobs=sample.logprobs[idx], response_mask=sample.response_mask[idx],
-            entropy=entropy, rollout_logprobs=None if sample.rollout_logprobs is None else sample.rollout_logprobs[idx],
-            rewards=sample.rewards[idx], group_ids=sample.group_ids[idx],
-            grad_sq_norms=None if norms is None else norms[idx], is_branch=None if branch is None else branch[idx],
-        )
-
+    rollout = rollout_of(sample, policy)
+    batch_of = step_batches(sample, loss_fn.objective)
     parts = [list(range(i, min(i + micro_batch, sample.responses))) for i in range(0, sample.responses, micro_batch)]
     gathered = [batch_of(rows, sample.logprobs[rows], sample.entropy[rows]) for rows in parts]
     before = loss_fn.state_dict()

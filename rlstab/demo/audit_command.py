@@ -23,6 +23,8 @@ DATA_FILE = "audit.json"
 # Problems sampled by default: tens of thousands of tokens for the tiny model (seconds), fewer for
 # SmolLM2 (about two minutes on two cores).
 DEFAULT_PROMPTS = {"tiny": 256, "smollm2": 32}
+DEFAULT_TEMPERATURE = 1.0
+"""STAPO's sampling temperature (arXiv 2602.15620); ``--mechanism --from`` samples at each run's own instead."""
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -54,7 +56,9 @@ def register(subparsers) -> argparse.ArgumentParser:
            help="problems to sample: STAPO's spurious tokens are about 1 in 10,000")
     number(p, "--group-size", TrainConfig, default=8, help="responses per problem, G")
     number(p, "--seed", TrainConfig, default=0, help="seed of the problems, the sampling and the tiny model's warm start")
-    number(p, "--temperature", TrainConfig, default=1.0, help="sampling temperature (1.0 as STAPO)")
+    number(p, "--temperature", TrainConfig, optional=f"default {DEFAULT_TEMPERATURE:g}; --mechanism --from: each "
+                                                     "run's regime temperature",
+           help="sampling temperature (1.0 as STAPO)")
     number(p, "--top-k", CommandNumbers, optional="default 8", help="most silenced tokens shown per mask")
     number(p, "--warmup-steps", TrainConfig, optional="default: per task, as rlstab demo",
            help="tiny model: supervised warm-start steps, cached")
@@ -65,7 +69,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--mechanism", action="store_true",
                    help="also measure STAPO's mechanism on the sample as one step: the share of the policy gradient "
                         "carried by the tokens each mask silences, and the logit-gradient norm by probability and "
-                        "entropy (a backward pass per mask; see docs/audit.md)")
+                        "entropy (a backward pass per mask; see docs/audit.md); with --from, instead, along training: "
+                        "on each saved state's own batch, the mask's share ranked within --null-draws count-matched "
+                        "random and p-matched sets, and the correlation with entropy at fixed probability")
     counterfactual_command.add_flags(p)
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     p.set_defaults(func=run)
@@ -84,6 +90,12 @@ def run(args) -> int:
     paths_ok = check_paths(args, "rlstab audit")
     model_ok = tiny_only(args, "rlstab audit")
     flags_ok = counterfactual_command.flags_ok(args)
+    if args.mechanism and args.sources and not args.counterfactual:  # the mechanism along training
+        from rlstab.demo import mechanism_along_command
+
+        return mechanism_along_command.run(args, numbers_ok and paths_ok and model_ok and flags_ok)
+    if args.temperature is None:
+        args.temperature = DEFAULT_TEMPERATURE
     if args.counterfactual:
         return counterfactual_command.run(args, numbers_ok and paths_ok and model_ok and flags_ok)
     args.model, args.task, args.top_k = args.model or "tiny", args.task or "add2", args.top_k or 8

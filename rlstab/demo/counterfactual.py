@@ -253,7 +253,7 @@ def audit_state(policy, task, objective: Objective, state, *, prompts: int, grou
                 log: Callable[[str], None] | None = None) -> dict:
     """Every arm from ``state``, measured; the mask's and the probability-only set's p-values; the first-order
     check. ``index`` (the state's place in the audit) seeds the null draws with ``seed * 100_000 + index``."""
-    from rlstab.demo.audit import collect
+    from rlstab.demo.audit import collect, silenced_texts
     from rlstab.demo.counterfactual_states import set_weights
     from rlstab.trainer.tasks import held_out_problems
 
@@ -333,7 +333,7 @@ def audit_state(policy, task, objective: Objective, state, *, prompts: int, grou
         "null_draws": len(draws),
         "silenced_outside_positive": int((silenced & ~positive).sum()),
         "probability_only_overlap": int((silenced & low).sum()),
-        "silenced_tokens": _texts(sample, silenced),
+        "silenced_tokens": silenced_texts(sample, silenced),
         "mean_reward": float(sample.rewards.mean()),
         "mixed_groups": sample.mixed_groups,
         "held_out_problems": len(problems),
@@ -347,14 +347,6 @@ def audit_state(policy, task, objective: Objective, state, *, prompts: int, grou
         "first_order": first_order,
         "seconds": time.perf_counter() - started,
     }
-
-
-def _texts(sample, silenced: torch.Tensor) -> dict[str, int]:
-    """How often each token text is among the silenced tokens, most often first."""
-    from collections import Counter
-
-    counts = Counter(sample.token_texts.get(int(t), str(int(t))) for t in sample.response_ids[silenced].tolist())
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _test(observed: float, null: list[float]) -> dict:

@@ -27,7 +27,9 @@ DEFAULT_HELD_OUT = {"tiny": 256, "smollm2": 16}
 """Held-out problems by default: the trainer's own held-out set for the tiny model (``TrainConfig.eval_size``); a few
 for SmolLM2, whose greedy evaluation after every update is most of an arm's cost."""
 ONLY_HERE = ("sources", "states", "null_draws", "held_out", "lr")
-"""The dests of the flags that apply to ``--counterfactual`` only."""
+"""The dests of the flags that apply to ``--counterfactual`` (the first three to ``--mechanism --from`` too)."""
+ALONG = ("sources", "states", "null_draws")
+"""The dests of the flags that also apply to ``--mechanism`` (the mechanism along training, ``--from`` saved states)."""
 NOT_HERE = ("top_k", "mechanism")
 """The dests of the token audit's flags that ``--counterfactual`` does not use."""
 
@@ -51,13 +53,14 @@ def add_flags(p: argparse.ArgumentParser) -> None:
                         "advantage tokens and with the as many lowest-probability ones, and rank the mask's effect on "
                         "entropy, KL, Adam's update and held-out reward within its null (see docs/audit.md)")
     p.add_argument("--from", dest="sources", action="append", metavar="DIR",
-                   help="--counterfactual: a lab run's folder (runs/REGIME/OBJECTIVE/seedN of rlstab compare "
-                        "--keep-checkpoints) whose checkpoints are the states; repeat for several runs "
-                        "(default: --model as loaded, with a fresh Adam)")
+                   help="--counterfactual or --mechanism: a lab run's folder (runs/REGIME/OBJECTIVE/seedN of rlstab "
+                        "compare --keep-checkpoints) whose checkpoints are the states; repeat for several runs "
+                        "(default: --model as loaded, with a fresh Adam; --mechanism: one sample of --model)")
     p.add_argument("--states", metavar="STEP,...",
-                   help="--counterfactual with --from: the checkpoints' steps to audit, e.g. 5,10,20 (default: all)")
+                   help="--counterfactual or --mechanism, with --from: the checkpoints' steps to audit, e.g. 5,10,20 "
+                        "(default: all)")
     number(p, "--null-draws", CounterfactualNumbers, optional="default 50",
-           help="--counterfactual: count-matched random sets per state, K")
+           help="--counterfactual, or --mechanism with --from: count-matched random sets per state (and per null), K")
     number(p, "--held-out", CounterfactualNumbers,
            optional=f"default {DEFAULT_HELD_OUT['tiny']} for tiny, {DEFAULT_HELD_OUT['smollm2']} for smollm2",
            help="--counterfactual: held-out problems for the entropy, KL and reward measures")
@@ -67,13 +70,18 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 def flags_ok(args) -> bool:
     """False after one line per flag given where it does not apply: a counterfactual flag without
-    ``--counterfactual``, a token-audit flag with it."""
+    ``--counterfactual`` (``--from``, ``--states`` and ``--null-draws`` apply to ``--mechanism`` too), a token-audit
+    flag with it or with ``--mechanism --from``."""
     ok = True
     if not args.counterfactual:
         for dest in ONLY_HERE:
-            if getattr(args, dest) is not None:
-                print(f"{COMMAND}: {_flag(dest)} applies to --counterfactual only; leave it out", file=sys.stderr)
-                ok = False
+            if getattr(args, dest) is None or (args.mechanism and dest in ALONG):
+                continue
+            where = "--counterfactual or --mechanism" if dest in ALONG else "--counterfactual"
+            print(f"{COMMAND}: {_flag(dest)} applies to {where} only; leave it out", file=sys.stderr)
+            ok = False
+        if args.mechanism:
+            ok = _mechanism_flags_ok(args) and ok
         return ok
     for dest in NOT_HERE:
         if getattr(args, dest) not in (None, False):
@@ -94,6 +102,35 @@ def flags_ok(args) -> bool:
         print(f"{COMMAND}: --states {shlex.quote(args.states)} needs --from (the steps of a lab run's checkpoints)",
               file=sys.stderr)
         ok = False
+    return ok
+
+
+def _mechanism_flags_ok(args) -> bool:
+    """``--mechanism``'s: without ``--from``, ``--states`` and ``--null-draws`` (the one-sample audit draws no null);
+    with it, one ``--objective`` and none of the token audit's or the warm start's flags."""
+    ok = True
+    if not args.sources:
+        if args.states is not None:
+            print(f"{COMMAND}: --states {shlex.quote(args.states)} needs --from (the steps of a lab run's checkpoints)",
+                  file=sys.stderr)
+            ok = False
+        if args.null_draws is not None:
+            print(f"{COMMAND}: --null-draws needs --from with --mechanism (the one-sample --mechanism draws no null)",
+                  file=sys.stderr)
+            ok = False
+        return ok
+    if args.top_k is not None:
+        print(f"{COMMAND}: --top-k applies to the token audit, not to --mechanism --from; leave it out", file=sys.stderr)
+        ok = False
+    if args.objective and len(args.objective) > 1:
+        print(f"{COMMAND}: --mechanism --from audits one objective's mask; give --objective once "
+              f"(got {len(args.objective)})", file=sys.stderr)
+        ok = False
+    for dest in ("warmup_steps", "cache_dir"):
+        if getattr(args, dest) is not None:
+            print(f"{COMMAND}: {_flag(dest)} does not apply with --from (the states are the run's checkpoints); "
+                  "leave it out", file=sys.stderr)
+            ok = False
     return ok
 
 

@@ -26,6 +26,10 @@ mask's distance from it is as likely to hold any rank among the K + 1 distances,
 for every measure: STAPO says silencing spurious tokens steadies entropy, the first-order formula below predicts
 its sign per state, and the sign is what is in question (docs/audit.md).
 
+**The one-sided p-value** (:func:`upper_p_value`), for ``rlstab audit --mechanism --from``'s gradient shares, where
+the claim has a direction (STAPO: the mask's few tokens carry an outsized share of the update):
+``p = (1 + #{k : x_k >= x_0}) / (K + 1)``, exact under the same exchangeability.
+
 **Combining states** (:func:`fisher`): Fisher's method, ``X = -2 sum_s ln p_s`` over the S states where the mask
 silenced a token, against chi-squared with 2S degrees of freedom,
 
@@ -87,6 +91,12 @@ def exact_p_value(observed: float, null: Sequence[float]) -> float:
     centre = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
     distance = abs(observed - centre)
     return (1 + sum(abs(x - centre) >= distance for x in null)) / (len(null) + 1)
+
+
+def upper_p_value(observed: float, null: Sequence[float]) -> float:
+    """One-sided exact p of ``observed`` against its ``null`` draws, large values counting as extreme:
+    ``(1 + #{k : x_k >= x_0}) / (K + 1)`` (ties count against the observed value: conservative)."""
+    return (1 + sum(x >= observed for x in null)) / (len(null) + 1)
 
 
 def rank(observed: float, null: Sequence[float]) -> float:

@@ -5,38 +5,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
-import torch
-
 from rlstab.cli import main
-from rlstab.demo.counterfactual_states import policy_for
-from rlstab.lab.checkpoint import keep_checkpoint
-from rlstab.trainer.tasks import get_task
 
 # An untrained tiny model answers no perm3 problem right: every advantage is 0, the mask silences nothing, and
 # each state takes two updates (the all-tokens one and its repeat): a fast end-to-end run.
 SMALL = ["--prompts", "2", "--group-size", "2", "--held-out", "2", "--quiet"]
-
-
-@pytest.fixture(scope="module")
-def run_folder(tmp_path_factory):
-    """A lab run's folder as ``rlstab compare --keep-checkpoints`` leaves it: spec.json and checkpoints of steps 5, 10."""
-    folder = tmp_path_factory.mktemp("lab") / "runs" / "collapse" / "dapo" / "seed0"
-    folder.mkdir(parents=True)
-    torch.manual_seed(0)
-    policy = policy_for("tiny", get_task("perm3"))
-    params = policy.trainable_parameters()
-    optimizer = torch.optim.Adam(params, lr=3e-4)
-    spec = {"label": "dapo", "model": "tiny", "task": "perm3", "seed": 0,
-            "regime": {"name": "collapse", "max_grad_norm": 1.0}}
-    (folder / "spec.json").write_text(json.dumps(spec))
-    for step in (5, 10):
-        sum(p.square().sum() for p in params).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        keep_checkpoint(folder, step, {"step": step, "weights": [p.detach().clone() for p in params],
-                                       "optimizer": optimizer.state_dict(), "rows": []})
-    return folder
 
 
 def test_from_a_lab_runs_checkpoints_it_writes_its_json_and_section(run_folder, tmp_path, capsys):
@@ -77,7 +50,7 @@ def bad_inputs(run_folder, tmp_path):
     run = str(run_folder)
     return [
         (["--counterfactual", "--null-draws", "10"], "rlstab audit: --null-draws 10: must be an integer from 50 to 10,000"),
-        (["--from", run], "rlstab audit: --from applies to --counterfactual only; leave it out"),
+        (["--from", run], "rlstab audit: --from applies to --counterfactual or --mechanism only; leave it out"),
         (["--held-out", "4"], "rlstab audit: --held-out applies to --counterfactual only; leave it out"),
         (["--counterfactual", "--top-k", "3"],
          "rlstab audit: --top-k applies to the token audit, not to --counterfactual; leave it out"),

@@ -14,7 +14,16 @@ from rlstab.demo.counterfactual_stats import (
     rank,
     sign,
     silenced_covariance,
+    upper_p_value,
 )
+
+
+def test_the_one_sided_p_value_counts_null_draws_at_least_as_large():
+    # the mask's share 0.5 among 0.1, 0.5, 0.7, 0.2: two at least as large (0.5 ties, 0.7): (1 + 2) / 5
+    assert upper_p_value(0.5, [0.1, 0.5, 0.7, 0.2]) == 3 / 5
+    # one-sided: far below every draw is p = 1, far above is 1 / (K + 1)
+    assert upper_p_value(-1.0, [0.1, 0.2, 0.3]) == 1.0
+    assert upper_p_value(9.0, [0.1, 0.2, 0.3]) == 1 / 4
 
 
 def test_the_exact_p_value_counts_null_draws_at_least_as_far_from_the_median():

@@ -138,3 +138,44 @@ class TokenGradients:
             "pearson": {name: pearson(a, b) for name, (a, b) in pairs.items()},
             "spearman": {name: spearman(a, b) for name, (a, b) in pairs.items()},
         }
+
+
+MIN_BIN_TOKENS = 10
+"""Fewest tokens a probability bin needs for its within-bin correlation (:func:`entropy_at_fixed_probability`)."""
+
+
+def entropy_at_fixed_probability(probability: torch.Tensor, entropy: torch.Tensor, norms: dict[str, torch.Tensor],
+                                 *, min_tokens: int = MIN_BIN_TOKENS) -> dict:
+    """The correlation of each logit-gradient norm with the entropy *at fixed probability*.
+
+    Within each bin of ``PROBABILITY_EDGES`` holding at least ``min_tokens`` tokens, Spearman's rank correlation of
+    the norm with the entropy H over the bin's tokens (None for a constant variable); then their mean weighted by
+    the bins' token counts, over the bins with a value:
+
+        rho_fixed_p = sum_b n_b rho_b / sum_b n_b.
+
+    STAPO (arXiv 2602.15620) has the gradient magnitude fall with the entropy at a given probability; over all
+    tokens, H and p_y are themselves correlated, so the pooled correlation mixes the two (docs/audit.md). ``norms``:
+    name -> per-token values (``direction``: ``||e_y - pi||``; ``norm``: ``|c_t| ||e_y - pi||``, as
+    :class:`TokenGradients`). Returns ``{"bins": [{"low", "high", "count", <name>: rho}], <name>: weighted mean or
+    None, "tokens": in the bins used}``.
+    """
+    index = torch.bucketize(probability.double(), torch.tensor(PROBABILITY_EDGES[1:-1], dtype=torch.float64), right=True)
+    bins, sums, weights = [], dict.fromkeys(norms, 0.0), dict.fromkeys(norms, 0)
+    used = 0
+    for i in range(len(PROBABILITY_EDGES) - 1):
+        inside = index == i
+        count = int(inside.sum())
+        if count < min_tokens:
+            continue
+        row = {"low": PROBABILITY_EDGES[i], "high": PROBABILITY_EDGES[i + 1], "count": count}
+        used += count
+        for name, values in norms.items():
+            rho = spearman(values[inside], entropy[inside])
+            row[name] = rho
+            if rho is not None:
+                sums[name] += count * rho
+                weights[name] += count
+        bins.append(row)
+    return {"bins": bins, "tokens": used,
+            **{name: sums[name] / weights[name] if weights[name] else None for name in norms}}

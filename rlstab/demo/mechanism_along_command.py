@@ -1,0 +1,116 @@
+"""``rlstab audit --mechanism --from DIR``: the run (``rlstab.demo.mechanism_along`` computes, ``..._report`` lays out).
+
+Its flags are the audit's (``rlstab.demo.counterfactual_command`` holds ``--from``, ``--states``, ``--null-draws`` and
+checks where each applies). Only the standard library at import time: ``rlstab --help`` builds every parser.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from rlstab.errors import one_line
+
+COMMAND = "rlstab audit"
+DATA_FILE = "mechanism.json"
+TABLE_FILE = "audit.md"
+DEFAULT_PROMPTS = {"tiny": 64, "smollm2": 16}
+"""Problems per state's batch by default (x ``--group-size`` responses), the counterfactual audit's."""
+
+
+def run(args, ok: bool) -> int:
+    """``rlstab audit --mechanism --from`` (``ok``: the shared flag checks passed). Every input is checked before
+    anything is loaded, sampled or written; each problem is one line, exit status 2."""
+    from rlstab.command_line import load_inputs
+    from rlstab.demo.counterfactual import problems_of
+    from rlstab.demo.counterfactual_command import parse_states
+    from rlstab.demo.counterfactual_states import StateError, lab_runs
+
+    runs = None
+    try:
+        steps = parse_states(args.states)
+    except ValueError as err:
+        print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
+        ok, steps = False, None
+    task_name = "add2"
+    try:
+        runs = lab_runs(args.sources, steps)
+    except StateError as err:
+        print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
+        ok = False
+    if runs:
+        for flag, given, theirs in (("--model", args.model, runs[0].model), ("--task", args.task, runs[0].task)):
+            if given is not None and given != theirs:
+                print(f"{COMMAND}: {flag} {given}: the --from runs are {theirs}'s; leave {flag} out", file=sys.stderr)
+                ok = False
+        task_name = runs[0].task
+    source = (args.objective or ["stapo"])[0]
+    inputs = load_inputs([source], task_name, COMMAND)
+    if inputs is not None:
+        for problem in problems_of(inputs[0][0].objective):
+            print(one_line(f"{COMMAND}: --objective {source}: {problem}"), file=sys.stderr)
+            ok = False
+    if not ok or inputs is None:
+        return 2
+    from rlstab.lazy import load
+
+    torch = load()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads or (1 if runs[0].model == "tiny" else threads))
+    try:
+        return _run(args, inputs, runs)
+    except StateError as err:  # a checkpoint damaged after the check: nothing written
+        print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
+        return 2
+    finally:
+        torch.set_num_threads(threads)
+
+
+def regime_temperature(run, given: float | None) -> float:
+    """The temperature a run's states are sampled at: ``--temperature`` if given, else the run's regime's (its
+    ``spec.json``), else the trainer's default."""
+    from rlstab.trainer.config import TrainConfig
+
+    if given is not None:
+        return given
+    return float(run.regime.get("temperature", TrainConfig.model_fields["temperature"].default))
+
+
+def _run(args, inputs, runs) -> int:
+    from rlstab.demo.counterfactual_command import CounterfactualNumbers
+    from rlstab.demo.counterfactual_states import load_state, policy_for
+    from rlstab.demo.mechanism_along import mechanism_along
+    from rlstab.demo.mechanism_along_report import document, printed
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    (loss_fn,), (label,), task = inputs
+    model = runs[0].model
+    started = time.perf_counter()
+    policy = policy_for(model, task, progress=log)
+    states = [(lambda run=run, step=step: load_state(run, step), regime_temperature(run, args.temperature))
+              for run in runs for step in run.checkpoints]
+    source = {"kind": "lab", "model": model, "task": task.name,
+              "runs": [{"folder": str(r.folder), "objective": r.label, "seed": r.seed, "regime": r.regime.get("name"),
+                        "temperature": regime_temperature(r, args.temperature), "steps": list(r.checkpoints)}
+                       for r in runs]}
+    log(f"mechanism: {len(states)} states of {len(runs)} runs ({model} on {task.name}), objective {label}")
+    data = mechanism_along(
+        policy, task, loss_fn.objective, label, states, source=source,
+        prompts=args.prompts or DEFAULT_PROMPTS[model], group_size=args.group_size, seed=args.seed,
+        null_draws=args.null_draws or CounterfactualNumbers.model_fields["null_draws"].default, log=log,
+    )
+    data = {"command": "rlstab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["audit"] else None,
+            **data}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TABLE_FILE).write_text(document(data))
+    (out / DATA_FILE).write_text(json.dumps(data, indent=1) + "\n")
+    print(printed(data))
+    log(f"audit: wrote {out / TABLE_FILE} and {out / DATA_FILE} in {time.perf_counter() - started:.0f} s")
+    return 0
