@@ -793,3 +793,33 @@ def test_the_dose_responses_reading_is_its_stored_runs():
         assert (f"{words}{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] ({d['wins']}/{d['ties']}/{d['losses']}, "
                 f"Holm p {d['p_holm']:.4f})") in prose
     assert data["settings"]["pairs"]["random-matched"] == "stapo-0.05"
+
+
+def test_the_smollm2_gate_outcome_is_its_stored_run():
+    """The SmolLM2 experiment's gate failed, so (as its protocol said) the experiment did not run: each number
+    of the outcome's table and prose is the stored calibration's."""
+    import gzip
+
+    gate = json.loads(gzip.decompress((ROOT / "docs" / "gates" / "smollm2-stapo.json.gz").read_bytes()))
+    settings = gate["settings"]
+    assert gate["verdict"] == "FAIL" and settings["regime"] == "small-lm-collapse" and settings["model"] == "smollm2"
+    assert settings["steps"] == 25 and settings["fires"] == ["shadow/s2t_0", "shadow/s2t_1"]
+    prose = " ".join(PAGE.split())
+    seconds = sum(r["seconds"] for r in gate["runs"])
+    assert f"**FAIL**, run after the protocol above was committed, in {seconds:.0f} s" in prose
+    valid = []
+    for r in gate["runs"]:
+        rows = [x for x in r["rows"] if x["step"] > 0]
+        valid += [x["loss"]["tokens/valid"] for x in rows]
+        counts = [[x["loss"][f"shadow/s2t_{i}/silenced"] for x in rows] for i in range(2)]
+        fired = " / ".join(str(sum(c / x["loss"]["tokens/valid"] >= 1e-4 for c, x in zip(cs, rows))) for cs in counts)
+        tokens = sum(x["loss"]["tokens/valid"] for x in rows)
+        (a0, a1) = r["accuracy"]
+        line = (f"| {r['seed']} | {r['start_entropy']:.3f} → {r['final_entropy']:.3f} | {r['ratio']:.3f} | "
+                f"{a0:.3f} → {a1:.3f} | {fired} | {sum(counts[0]):.0f} / {sum(counts[1]):.0f} of {tokens:,.0f} |")
+        assert line in PAGE, line
+        assert r["collapsed"]
+    assert gate["fired"] == {"shadow/s2t_0": 0, "shadow/s2t_1": 9}
+    assert "at the fallback dose 0.05 it would act on 9 of the 50 steps (18%, against the gate's 20%)" in prose
+    assert f"A step here has {min(valid):.0f} to {max(valid):.0f} valid tokens" in prose
+    assert "**the experiment was not run**" in prose
