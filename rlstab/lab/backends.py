@@ -2,7 +2,9 @@
 
 Every backend calls the same function (``rlstab.lab.run.execute``) with the same arguments, each
 run on one torch thread, so a run's metrics do not depend on the backend or the worker count.
-Local workers are spawned processes (not forked: torch's thread pools do not survive a fork).
+Local workers are spawned processes (not forked: torch's thread pools do not survive a fork), and
+each leaves when the process that started it is gone (:func:`leave_with_parent`): ``kill`` of an
+``rlstab compare`` stops its runs too, where they would otherwise go on writing into its ``--out``.
 Ray is an extra (``pip install "rlstab[ray]"``) imported only when ``ray_address`` is given; each run is a
 Ray task asking for one CPU. On a cluster of several machines ``--out`` should be storage every
 node sees: the run then checkpoints where a rerun finds it. Otherwise the driver still writes each
@@ -13,6 +15,9 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import multiprocessing
+import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -20,6 +25,26 @@ from rlstab.lab.run import execute
 from rlstab.lab.spec import RunSpec
 
 Job = tuple[RunSpec, Path]
+PARENT_POLL_S = 0.5
+"""How often a worker checks that the process that started it is still there."""
+
+
+def leave_with_parent(parent: int) -> None:
+    """A worker's initializer: a daemon thread that ends this process once its parent ``parent`` is gone.
+
+    A signal that kills the parent (``kill``, the OOM killer) reaches the workers of a process pool
+    only when sent to the whole process group (Ctrl-C is), and a parent that dies without its
+    ``finally`` (SIGKILL, an unhandled SIGTERM) cannot stop them; an orphaned worker is re-parented,
+    so its parent process id changes. Its run ends where it is: checkpoints are written atomically
+    (``rlstab.lab.checkpoint``), and a rerun of the same command resumes from the last one.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="rlstab-leave-with-parent", daemon=True).start()
 
 
 def run_serially(jobs: Sequence[Job], **options) -> Iterator[tuple[Job, dict]]:
@@ -29,7 +54,8 @@ def run_serially(jobs: Sequence[Job], **options) -> Iterator[tuple[Job, dict]]:
 
 def run_in_processes(jobs: Sequence[Job], workers: int, **options) -> Iterator[tuple[Job, dict]]:
     context = multiprocessing.get_context("spawn")
-    with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=leave_with_parent,
+                                     initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(execute, spec, folder, **options): (spec, folder) for spec, folder in jobs}
         try:
             for done in futures.as_completed(pending):
