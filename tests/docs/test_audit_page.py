@@ -1,5 +1,5 @@
-"""docs/audit.md's numbers are those of the stored audits: the SmolLM2 mechanism (docs/audits/smollm2-mechanism.json) and
-the counterfactual audit of the tiny model (docs/audits/counterfactual-tiny*.json)."""
+"""docs/audit.md's numbers are those of the stored audits: the SmolLM2 mechanism (docs/audits/smollm2-mechanism.json, one
+batch; smollm2-mechanism-along.json, along training) and the counterfactual audits (docs/audits/counterfactual-*.json)."""
 
 import json
 import math
@@ -204,3 +204,90 @@ def test_the_counterfactual_methods_numbers_are_the_codes():
     assert MICRO_BATCH == 64 and "micro-batches of 64 responses" in PROSE
     assert "seed * 100000 + the state's index" in METHODS["null"] and "seeded by `seed x 100000 +` the state's index" in PROSE
     assert f"{1 / 51:.3g}" == "0.0196" and "$1/(K+1)$, 0.0196 at K = 50" in PROSE
+
+
+def test_the_smollm2_counterfactual_is_its_stored_audit():
+    """Its one published state silenced nothing: the page says so with the stored numbers, and ranks nothing."""
+    cf = json.loads((ROOT / "docs" / "audits" / "counterfactual-smollm2.json").read_text())
+    s = cf["settings"]
+    assert (s["prompts"], s["group_size"], s["temperature"], s["null_draws"], s["held_out"]) == (32, 8, 1.0, 50, 16)
+    assert cf["objective"] == "stapo-0.05" and cf["source"]["model"] == "smollm2" and cf["source"]["task"] == "add1"
+    (run,) = cf["source"]["runs"]
+    assert (run["seed"], run["regime"], run["objective"], run["steps"]) == (0, "small-lm-collapse", "dapo-shadow", [10])
+    (state,) = cf["states"]
+    assert state["silenced"] == 0 and state["null_draws"] == 0 and cf["combined"]["states"] == 0
+    assert in_page(f"on its batch of {state['tokens']} response tokens ({state['responses']} responses, "
+                   f"{state['positive_tokens']} tokens with A > 0), S2T at `tau_p` 0.05 silences no token")
+    assert in_page(f"no null was drawn ({state['seconds']:.0f} s;")
+    assert state["held_out_problems"] == 13 and in_page("`add1` holds 13 held-out problems")
+
+
+def _mechanism_along():
+    data = json.loads((ROOT / "docs" / "audits" / "smollm2-mechanism-along.json").read_text())
+    return data, [s for part in data["invocations"] for s in part["states"]]
+
+
+def test_the_smollm2_mechanism_tables_are_its_stored_audit():
+    from rlstab.demo.mechanism_along_report import fixed_p_table, state_table
+
+    data, states = _mechanism_along()
+    merged = {"states": states, "combined": {"fixed_p_pooled": None}}
+    assert in_page(state_table(merged)) and in_page(fixed_p_table(merged))
+    assert len(states) == 20 and {(s["run_seed"], s["step"]) for s in states} == {
+        (seed, step) for seed in range(4) for step in (5, 10, 15, 20, 25)}
+    for part in data["invocations"]:
+        assert part["objective"] == "stapo-0.05" and part["settings"]["null_draws"] == 50
+        assert (part["settings"]["prompts"], part["settings"]["group_size"]) == (32, 8)
+        assert {r["temperature"] for r in part["source"]["runs"]} == {1.0}
+    assert in_page(f"the two invocations took {data['invocations'][0]['seconds']:.0f} s and "
+                   f"{data['invocations'][1]['seconds']:.0f} s")
+    ratios = [r["summary"]["entropy_ratio"] for r in data["training"]["runs"]]
+    assert all(r["summary"]["collapsed"] for r in data["training"]["runs"])
+    assert in_page(f"(entropy ratios {min(ratios):.3f} to {max(ratios):.3f})")
+
+
+def test_the_smollm2_mechanism_reading_is_its_stored_audit():
+    """Its p-values, recomputed from the stored null shares; the protocol's reading for under 5 informative states."""
+    data, states = _mechanism_along()
+    informative = [s for s in states if s["informative"]]
+    assert len(informative) == 4 < 5 and in_page("**Too few informative states to read: 4 of the 20**")
+    assert [s["silenced"] for s in informative] == [1] * 4 and all(s["silenced"] == 0 for s in states if not s["informative"])
+    texts = [t for s in informative for t in s["silenced_tokens"]]
+    assert in_page("The four silenced tokens are the digits " + ", ".join(f"`{t}`" for t in texts[:-1])
+                   + f" and `{texts[-1]}`")
+    for s in informative:
+        for name in ("a", "b"):
+            null = s[f"null_{name}"]
+            assert len(null["shares"]) == 50
+            assert null["p"] == (1 + sum(x >= s["share"] for x in null["shares"])) / 51  # one-sided, ties against
+    pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
+    shares, cosines = [s["share"] for s in informative], [s["cosine"] for s in informative]
+    assert in_page(f"Each carries {pct(min(shares))} to {pct(max(shares))} of the norm of the step's full gradient "
+                   f"(cosine {min(cosines):.2f} to {max(cosines):.2f})")
+    medians = [s["null_a"]["median"] for s in informative]
+    assert in_page(f"carry a median of {100 * min(medians):.2f}% to {100 * max(medians):.1f}%")
+    p_a = [s["null_a"]["p"] for s in informative]
+    pa = fisher_p(p_a)
+    pb = fisher_p([s["null_b"]["p"] for s in informative])
+    holm_a = min(1.0, 2 * min(pa, pb))  # Holm over the two nulls: the smaller one first, times 2
+    assert pa < pb and in_page(f"the one-sided p within null A is {min(p_a):.4f} to {max(p_a):.4f} per state "
+                               f"(Fisher over the four, p {pa:.2g}; Holm over the two nulls, {holm_a:.2g})")
+    pools = sorted({s["probability_condition_tokens"] for s in informative})
+    assert pools == [1, 2] and in_page("the tokens with A > 0 and p < 0.05 number 1 or 2 in the informative states")
+    p_b = sorted(s["null_b"]["p"] for s in informative)
+    assert p_b[1:] == [1.0] * 3 and in_page(f"(p_B {p_b[0]:.2f} in one state, 1 in three)")
+
+
+def test_the_smollm2_fixed_p_correlation_is_its_stored_audit():
+    import statistics
+
+    _, states = _mechanism_along()
+    for key, words in (("direction", "the mean over the 20 states is"), ("norm", "Weighted by $|c_t|$, it is")):
+        values = [s["fixed_p"][key] for s in states]
+        text = (f"{words} {statistics.mean(values):+.3f} (range {min(values):+.3f} to {max(values):+.3f})"
+                .replace("-", "−"))
+        assert in_page(text), text
+    direction = [s["fixed_p"]["direction"] for s in states]
+    assert min(direction) > 0 and statistics.mean(direction) > 0.1  # the protocol's "opposite" reading
+    assert in_page("the coefficient-free $\\lVert e_y - \\pi \\rVert$ rises with the entropy in every state")
+    assert -0.1 < statistics.mean(s["fixed_p"]["norm"] for s in states) < 0.1
