@@ -152,6 +152,16 @@ def parse_states(text: str | None) -> list[int] | None:
 def run(args, ok: bool) -> int:
     """``rlstab audit --counterfactual`` (``ok``: the shared flag checks passed). Every input is checked before
     anything is loaded, sampled or written; each problem is one line, exit status 2."""
+    ok, runs, model, inputs = checked_inputs(args, ok)
+    if not ok:
+        return 2
+    return on_threads(args, model, lambda: _run(args, inputs, model, runs))
+
+
+def checked_inputs(args, ok: bool) -> tuple[bool, list | None, str, tuple | None]:
+    """``(ok, runs, model, inputs)`` of the audits that start from saved states (``--counterfactual``, ``--mechanism
+    --from``): ``--states`` parsed, the ``--from`` runs read (``--model`` and ``--task`` must be theirs), the one
+    objective loaded with a mask to audit. One line per problem on stderr; ``ok`` False after any (or if given so)."""
     from rlstab.command_line import load_inputs
     from rlstab.demo.counterfactual import problems_of
     from rlstab.demo.counterfactual_states import StateError, lab_runs
@@ -182,16 +192,21 @@ def run(args, ok: bool) -> int:
         for problem in problems_of(inputs[0][0].objective):
             print(one_line(f"{COMMAND}: --objective {source}: {problem}"), file=sys.stderr)
             ok = False
-    if not ok or inputs is None:
-        return 2
+    return ok and inputs is not None, runs, model, inputs
+
+
+def on_threads(args, model: str, audit) -> int:
+    """``audit()`` on ``--threads`` torch threads (default 1 for tiny, all for smollm2), restored after; a checkpoint
+    damaged after the checks is one line, exit status 2, nothing written."""
+    from rlstab.demo.counterfactual_states import StateError
     from rlstab.lazy import load
 
     torch = load()
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads or (1 if model == "tiny" else threads))
     try:
-        return _run(args, inputs, model, runs)
-    except StateError as err:  # a checkpoint damaged after the check: nothing written
+        return audit()
+    except StateError as err:
         print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
         return 2
     finally:

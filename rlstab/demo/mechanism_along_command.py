@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-from rlstab.errors import one_line
 
 COMMAND = "rlstab audit"
 DATA_FILE = "mechanism.json"
@@ -23,50 +22,14 @@ DEFAULT_PROMPTS = {"tiny": 64, "smollm2": 16}
 
 def run(args, ok: bool) -> int:
     """``rlstab audit --mechanism --from`` (``ok``: the shared flag checks passed). Every input is checked before
-    anything is loaded, sampled or written; each problem is one line, exit status 2."""
-    from rlstab.command_line import load_inputs
-    from rlstab.demo.counterfactual import problems_of
-    from rlstab.demo.counterfactual_command import parse_states
-    from rlstab.demo.counterfactual_states import StateError, lab_runs
+    anything is loaded, sampled or written (``counterfactual_command.checked_inputs``); each problem is one line,
+    exit status 2."""
+    from rlstab.demo.counterfactual_command import checked_inputs, on_threads
 
-    runs = None
-    try:
-        steps = parse_states(args.states)
-    except ValueError as err:
-        print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
-        ok, steps = False, None
-    task_name = "add2"
-    try:
-        runs = lab_runs(args.sources, steps)
-    except StateError as err:
-        print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
-        ok = False
-    if runs:
-        for flag, given, theirs in (("--model", args.model, runs[0].model), ("--task", args.task, runs[0].task)):
-            if given is not None and given != theirs:
-                print(f"{COMMAND}: {flag} {given}: the --from runs are {theirs}'s; leave {flag} out", file=sys.stderr)
-                ok = False
-        task_name = runs[0].task
-    source = (args.objective or ["stapo"])[0]
-    inputs = load_inputs([source], task_name, COMMAND)
-    if inputs is not None:
-        for problem in problems_of(inputs[0][0].objective):
-            print(one_line(f"{COMMAND}: --objective {source}: {problem}"), file=sys.stderr)
-            ok = False
-    if not ok or inputs is None:
+    ok, runs, model, inputs = checked_inputs(args, ok)
+    if not ok:
         return 2
-    from rlstab.lazy import load
-
-    torch = load()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads or (1 if runs[0].model == "tiny" else threads))
-    try:
-        return _run(args, inputs, runs)
-    except StateError as err:  # a checkpoint damaged after the check: nothing written
-        print(one_line(f"{COMMAND}: {err}"), file=sys.stderr)
-        return 2
-    finally:
-        torch.set_num_threads(threads)
+    return on_threads(args, model, lambda: _run(args, inputs, runs))
 
 
 def regime_temperature(run, given: float | None) -> float:
