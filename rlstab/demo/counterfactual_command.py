@@ -98,11 +98,7 @@ def flags_ok(args) -> bool:
                 print(f"{COMMAND}: {_flag(dest)} does not apply with --from (the states are the run's checkpoints); "
                       "leave it out", file=sys.stderr)
                 ok = False
-    elif args.states is not None:
-        print(f"{COMMAND}: --states {shlex.quote(args.states)} needs --from (the steps of a lab run's checkpoints)",
-              file=sys.stderr)
-        ok = False
-    return ok
+    return _states_need_from(args) and ok
 
 
 def _mechanism_flags_ok(args) -> bool:
@@ -110,10 +106,7 @@ def _mechanism_flags_ok(args) -> bool:
     with it, one ``--objective`` and none of the token audit's or the warm start's flags."""
     ok = True
     if not args.sources:
-        if args.states is not None:
-            print(f"{COMMAND}: --states {shlex.quote(args.states)} needs --from (the steps of a lab run's checkpoints)",
-                  file=sys.stderr)
-            ok = False
+        ok = _states_need_from(args)
         if args.null_draws is not None:
             print(f"{COMMAND}: --null-draws needs --from with --mechanism (the one-sample --mechanism draws no null)",
                   file=sys.stderr)
@@ -132,6 +125,29 @@ def _mechanism_flags_ok(args) -> bool:
                   "leave it out", file=sys.stderr)
             ok = False
     return ok
+
+
+def write_outputs(args, data: dict, document, printed, data_file: str, *, started: float, log) -> int:
+    """A saved-state audit's outputs, ``data`` with the command line that made it: as ``data_file`` and as
+    ``document(data)`` (``audit.md``) in ``--out``, ``printed(data)`` on stdout; exit status 0."""
+    data = {"command": "rlstab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["audit"] else None,
+            **data}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TABLE_FILE).write_text(document(data))
+    (out / data_file).write_text(json.dumps(data, indent=1) + "\n")
+    print(printed(data))
+    log(f"audit: wrote {out / TABLE_FILE} and {out / data_file} in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def _states_need_from(args) -> bool:
+    """False after its line when ``--states`` is given without ``--from``."""
+    if args.sources or args.states is None:
+        return True
+    print(f"{COMMAND}: --states {shlex.quote(args.states)} needs --from (the steps of a lab run's checkpoints)",
+          file=sys.stderr)
+    return False
 
 
 def _flag(dest: str) -> str:
@@ -250,12 +266,4 @@ def _run(args, inputs, model: str, runs) -> int:
         seed=args.seed, null_draws=args.null_draws or CounterfactualNumbers.model_fields["null_draws"].default,
         held_out=args.held_out or DEFAULT_HELD_OUT[model], log=log,
     )
-    data = {"command": "rlstab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["audit"] else None,
-            **data}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TABLE_FILE).write_text(document(data))
-    (out / DATA_FILE).write_text(json.dumps(data, indent=1) + "\n")
-    print(printed(data))
-    log(f"audit: wrote {out / TABLE_FILE} and {out / DATA_FILE} in {time.perf_counter() - started:.0f} s")
-    return 0
+    return write_outputs(args, data, document, printed, DATA_FILE, started=started, log=log)

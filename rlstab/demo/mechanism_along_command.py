@@ -6,16 +6,11 @@ checks where each applies). Only the standard library at import time: ``rlstab -
 
 from __future__ import annotations
 
-import json
-import shlex
 import sys
 import time
-from pathlib import Path
-
 
 COMMAND = "rlstab audit"
 DATA_FILE = "mechanism.json"
-TABLE_FILE = "audit.md"
 DEFAULT_PROMPTS = {"tiny": 64, "smollm2": 16}
 """Problems per state's batch by default (x ``--group-size`` responses), the counterfactual audit's."""
 
@@ -43,7 +38,7 @@ def regime_temperature(run, given: float | None) -> float:
 
 
 def _run(args, inputs, runs) -> int:
-    from rlstab.demo.counterfactual_command import CounterfactualNumbers
+    from rlstab.demo.counterfactual_command import CounterfactualNumbers, write_outputs
     from rlstab.demo.counterfactual_states import load_state, policy_for
     from rlstab.demo.mechanism_along import mechanism_along
     from rlstab.demo.mechanism_along_report import document, printed
@@ -68,12 +63,4 @@ def _run(args, inputs, runs) -> int:
         prompts=args.prompts or DEFAULT_PROMPTS[model], group_size=args.group_size, seed=args.seed,
         null_draws=args.null_draws or CounterfactualNumbers.model_fields["null_draws"].default, log=log,
     )
-    data = {"command": "rlstab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["audit"] else None,
-            **data}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TABLE_FILE).write_text(document(data))
-    (out / DATA_FILE).write_text(json.dumps(data, indent=1) + "\n")
-    print(printed(data))
-    log(f"audit: wrote {out / TABLE_FILE} and {out / DATA_FILE} in {time.perf_counter() - started:.0f} s")
-    return 0
+    return write_outputs(args, data, document, printed, DATA_FILE, started=started, log=log)
