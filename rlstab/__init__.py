@@ -4,7 +4,7 @@ Compose stability methods (token masks, advantage estimators, clipping rules, ag
 regularisers) in YAML, validate them before a cluster starts, and run them as one torch loss::
 
     import rlstab
-    loss_fn = rlstab.load("stapo").compile()
+    loss_fn = rlstab.compile(rlstab.load("stapo"))       # or rlstab.load("stapo").compile()
     out = loss_fn(rlstab.TokenBatch(logprobs=..., old_logprobs=..., advantages=..., response_mask=..., entropy=...))
     out.loss.backward(); print(out.metrics)
 """
@@ -27,6 +27,18 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 
 if TYPE_CHECKING:
     from rlstab.compiled import CompiledObjective, StepStats
+
+
+def compile(objective: Objective) -> "CompiledObjective":
+    """The loss of ``objective``: a [`CompiledObjective`][rlstab.CompiledObjective], ``loss_fn(batch) -> LossOutput``.
+
+    The compiler's entry point (``objective.compile()`` is its alias). Imports torch at the first call,
+    not at ``import rlstab``: the objective, its [`Plan`][rlstab.compiler.plan.Plan] and
+    [`explain`][rlstab.explain.explain] need none.
+    """
+    from rlstab.compiled import CompiledObjective
+
+    return CompiledObjective(objective)
 
 
 def __getattr__(name: str):
@@ -52,6 +64,7 @@ __all__ = [
     "StateError",
     "StepStats",
     "TokenBatch",
+    "compile",
     "load",
     "preset_names",
     "register",

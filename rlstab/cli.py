@@ -78,7 +78,9 @@ def _cmd_explain(args) -> int:
     objective = _load_or_report(args.objective)
     if objective is None:
         return 1
-    print(objective.explain(source=args.objective, trainer=args.trainer))
+    from rlstab.explain import explain
+
+    print(explain(objective, source=args.objective, trainer=args.trainer))
     if args.trainer is None:
         return 0
     from rlstab.adapters import trainers

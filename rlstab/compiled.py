@@ -36,6 +36,7 @@ from rlstab.compiler.inputs import Inputs, kept, mask_keeps, shadow_keeps
 from rlstab.compiler.loss_metrics import loss_metrics
 from rlstab.compiler.loss_output import Deferred, loss_output
 from rlstab.compiler.loss_phase import LossPhase
+from rlstab.compiler.plan import Plan
 from rlstab.compiler.states import ComponentStates, Pending
 from rlstab.compiler.step_phase import StepPhase
 from rlstab.compiler.step_stats import StepStats
@@ -49,7 +50,7 @@ from rlstab.non_finite import (
 )
 from rlstab.tokens import Tokens
 
-if TYPE_CHECKING:  # the objective compiles itself (Objective.compile): no import back at run time
+if TYPE_CHECKING:  # Objective.compile finds this module by name: no import back at run time
     from rlstab.objective import Objective
 
 __all__ = ["CompiledObjective", "StepStats"]
@@ -78,7 +79,7 @@ class CompiledObjective:
 
     def __init__(self, objective: Objective):
         self.objective = objective
-        self.plan = objective.plan()
+        self.plan = Plan.of(objective)
         self.masks = list(objective.masks)
         self.mask_labels = list(self.plan.mask_labels)
         # Who gathered a StepStats: a string compared on every call with step= (it costs nothing).

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the objective explains itself (Objective.explain): no import back at run time
+from rlstab.compiler.plan import Plan
+
+if TYPE_CHECKING:
     from rlstab.objective import Objective
 
 UNNAMED = "no name: set `name:` and `description:`; an objective that `extends:` another does not take its parent's"
 
 
 def explain(objective: Objective, source: str | None = None, trainer: str | None = None) -> str:
-    """``source``: where the objective came from (a file), named on the first line when it has no name.
-    ``trainer`` (``verl``, ``trl``, ``openrlhf``): where each part runs with that trainer, what it refuses and needs."""
-    o = objective
+    """The composed objective as a readable formula with every parameter (what ``rlstab explain`` prints).
+
+    Its first line is the objective's name, or ``source`` (where it was loaded from, a file) and how to
+    name it. ``trainer`` (``verl``, ``trl``, ``openrlhf``): where each part runs with that trainer, and
+    what its adapter refuses and needs. Reads the objective and its [`Plan`][rlstab.compiler.plan.Plan]:
+    no torch.
+    """
+    o, plan = objective, Plan.of(objective)
     lines = [o.name or f"{source or 'objective'} ({UNNAMED})"]
     if o.description:
         lines.append(f"  {o.description}")
@@ -31,7 +38,7 @@ def explain(objective: Objective, source: str | None = None, trainer: str | None
             lines.append(f"        masks[{i}] {m.describe()}")
     if o.shadow_masks:
         lines.append("  shadow masks (measured, not acting: shadow/<label>/kept, /silenced):")
-        for label, m in zip(o.plan().shadow_labels, o.shadow_masks):
+        for label, m in zip(plan.shadow_labels, o.shadow_masks):
             lines.append(f"        {label} {m.describe()}")
     if o.reweighters:
         lines.append("  W   = product of:")
@@ -54,7 +61,7 @@ def explain(objective: Objective, source: str | None = None, trainer: str | None
     if o.rollout is not None:
         lines.append(f"  rollout {o.rollout.describe()}")
     lines.append("  Step statistics (quantiles, group statistics, denominators) span every micro-batch and rank of the step.")
-    local = o.plan().per_micro_batch
+    local = plan.per_micro_batch
     if local:
         lines.append(f"  Computed within each micro-batch instead (as in the papers' code): {', '.join(local)}.")
     lines.append("")

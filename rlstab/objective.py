@@ -9,8 +9,9 @@ reweighters' factors, l the surrogate, Agg the aggregation, R the regularisers. 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -18,14 +19,13 @@ from pydantic_core import PydanticCustomError
 from rlstab.advantages import GRPO
 from rlstab.clipping import PPOClip
 from rlstab.components import python_numbers
-from rlstab.compiler.plan import match_problems
+from rlstab.mask_slots import match_problems
 from rlstab.registry.families import FAMILIES, with_instance_problems
 from rlstab.registry.store import rebuild_on_change
+from rlstab.yaml_core_schema import dump_yaml
 
-if TYPE_CHECKING:
-    from rlstab.compiled import CompiledObjective
-    from rlstab.compiler.plan import Plan
-    from rlstab.loading.lists import Dropped
+COMPILER = "rlstab.compiled"
+"""The module of the compiler's facade, which ``Objective.compile()`` imports by name when it is called."""
 
 # Each field's type is its family: a tagged union over the kinds registered when the schema is built.
 AnyAdvantage = FAMILIES["advantage"].annotation
@@ -45,6 +45,10 @@ AnyRollout = FAMILIES["rollout"].annotation
 @rebuild_on_change
 class Objective(BaseModel):
     """A complete RL policy objective. Build it with [`rlstab.load`][rlstab.load]; run it with ``compile()``.
+
+    Data only: what the objective's loss reads and keeps is its [`Plan`][rlstab.compiler.plan.Plan]
+    (``Plan.of(objective)``), its readable formula [`rlstab.explain.explain`][rlstab.explain.explain],
+    its loss [`rlstab.compile`][rlstab.compile] (``compile()`` is an alias).
 
     ``dropped``: the components of a parent's list that a list of the ``extends:`` chain replaced
     without keeping, one [`Dropped`][rlstab.loading.lists.Dropped] per such list (what ``rlstab
@@ -95,7 +99,7 @@ class Objective(BaseModel):
     histogram pass and one 512 KiB all-reduce fewer per quantile, for very large steps (see
     [`rlstab.quantile`][rlstab.quantile]). Steps of at most 8,192 tokens are exact either way."""
 
-    dropped: ClassVar[tuple[Dropped, ...]] = ()  # set on an instance by rlstab.load; see the class docstring
+    dropped: ClassVar[tuple[Any, ...]] = ()  # Dropped records, set on an instance by rlstab.load; see the class docstring
 
     @model_validator(mode="wrap")
     @classmethod
@@ -117,24 +121,15 @@ class Objective(BaseModel):
     def _python_numbers(cls, value: Any) -> Any:  # a tensor for log_ratio_clamp: refused, as in every component
         return python_numbers(value)
 
-    def compile(self) -> CompiledObjective:
-        """The loss callable: ``loss_fn(batch) -> LossOutput``; see [`CompiledObjective`][rlstab.CompiledObjective]."""
-        from rlstab.compiled import CompiledObjective
+    def compile(self):
+        """The loss callable, ``loss_fn(batch) -> LossOutput``: a [`CompiledObjective`][rlstab.CompiledObjective].
 
-        return CompiledObjective(self)
-
-    def plan(self) -> Plan:
-        """What the compiled loss reads, labels and keeps state for (see [`Plan`][rlstab.compiler.plan.Plan]); no torch."""
-        from rlstab.compiler.plan import Plan
-
-        return Plan.of(self)
-
-    def per_micro_batch(self) -> list[str]:
-        """Components that compute their statistics within each micro-batch (``selection: micro_batch``), as
-        their papers' code does, instead of over the whole step: their results depend on the micro-batch split.
-
-        Read from the objective's plan, not its compiled loss, so that ``rlstab explain`` imports no torch."""
-        return list(self.plan().per_micro_batch)
+        An alias of [`rlstab.compile(objective)`][rlstab.compile], late-bound so that the data model imports
+        nothing of the compiler: the compiler's module (``COMPILER``) is found by name when this is called,
+        and importing ``rlstab.objective`` imports neither it nor torch. The one method of the objective
+        that reaches the compiler, kept because ``rlstab.load(...).compile()`` is how the README and most
+        code call it."""
+        return importlib.import_module(COMPILER).CompiledObjective(self)
 
     def fingerprint(self) -> str:
         """A digest of what the objective computes: sha256 of its canonical JSON, name and description left out.
@@ -153,20 +148,10 @@ class Objective(BaseModel):
 
     def to_yaml(self) -> str:
         """YAML that [`rlstab.load`][rlstab.load] turns back into an equal objective."""
-        from rlstab.loading.yaml12 import dump_yaml
-
         data = self.model_dump(mode="json", exclude_none=True)
         if not data["shadow_masks"]:  # a later field: left out while empty, as before it existed
             del data["shadow_masks"]
         return dump_yaml(_kind_first(data))
-
-    def explain(self, source: str | None = None, trainer: str | None = None) -> str:
-        """The composed objective as a readable formula with every parameter; its first line is its name, or
-        ``source`` (where it was loaded from) and how to name it. ``trainer`` (``verl``, ``trl``, ``openrlhf``):
-        where each part runs with that trainer, and what its adapter refuses and needs."""
-        from rlstab.explain import explain
-
-        return explain(self, source, trainer)
 
 
 # Fields added after fingerprints were first published; left out of the digest while unset.

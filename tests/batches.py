@@ -6,6 +6,7 @@ import math
 import torch
 
 import rlstab
+from rlstab.compiler.plan import Plan
 
 
 def random_batch(
@@ -115,7 +116,7 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
         fields["is_branch"] = rows % 2 == 1
     if "grad_sq_norms" in objective.advantage.reads and fields.get("grad_sq_norms") is None:
         fields["grad_sq_norms"] = 1.0 + (rows % 3).float()
-    if objective.plan().readers("proxy_logprobs") and fields.get("proxy_logprobs") is None:  # Lp-Reg's min-p proxy
+    if Plan.of(objective).readers("proxy_logprobs") and fields.get("proxy_logprobs") is None:  # Lp-Reg's min-p proxy
         old = fields.get("old_logprobs")
         fields["proxy_logprobs"] = ((fields["logprobs"] if old is None else old).detach() + 0.3).clamp(max=0.0)
     return rlstab.TokenBatch(**fields) if isinstance(batch, rlstab.TokenBatch) else fields

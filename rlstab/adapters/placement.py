@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from rlstab.adapters import trainers
 from rlstab.adapters.trainer_parts import ROLLOUT_GROUP_ESTIMATORS, TOKEN_BASELINES
+from rlstab.compiler.plan import Plan
 
 if TYPE_CHECKING:
     from rlstab.objective import Objective
@@ -23,7 +24,7 @@ def batch_fields(o: Objective) -> list[str]:
     """One line per group of ``TokenBatch`` fields the objective reads, with who reads them."""
     lines = [f"{ALWAYS}: every objective (and is_weights, when a trainer passes them)"]
     readers: dict[str, list[str]] = {}
-    for who, field in o.plan().reads:
+    for who, field in Plan.of(o).reads:
         if who not in readers.setdefault(field, []):
             readers[field].append(who)
     fields: dict[tuple[str, ...], list[str]] = {}  # fields read by the same components on one line

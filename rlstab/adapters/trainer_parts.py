@@ -12,7 +12,7 @@
 - **Regularisers the trainer adds itself** ([`added_by_trainer`][rlstab.adapters.trainer_parts.added_by_trainer]):
   the entropy bonus and the KL term, which veRL and OpenRLHF add outside the policy loss.
 
-Every check reads the objective and its plan ([`Objective.plan`][rlstab.Objective.plan]), never
+Every check reads the objective and its plan ([`Plan.of`][rlstab.compiler.plan.Plan.of]), never
 its compiled loss, so that checking a config imports no torch. Which arguments each trainer's
 adapter passes them is written once, in [`trainers`][rlstab.adapters.trainers], which the
 adapters' start-up checks and ``rlstab validate --trainer`` both call.
@@ -21,6 +21,8 @@ adapters' start-up checks and ``rlstab validate --trainer`` both call.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+
+from rlstab.compiler.plan import Plan
 
 VERL_SAMPLER = (
     "trainer.use_v1=False data.custom_cls.path=pkg://rlstab.adapters.verl.sampler "
@@ -113,7 +115,7 @@ def unsupplied(
     ``NO_ADAPTER_SUPPLIES`` is added: fields no adapter's trainer computes). ``reported``: component
     labels another check already refused (a regulariser the trainer adds itself), left out here.
     """
-    plan, reported = objective.plan(), set(reported)
+    plan, reported = Plan.of(objective), set(reported)
     advice = {**NO_ADAPTER_SUPPLIES, **advice} if every_adapter else dict(advice)
     return [
         f"{who} reads TokenBatch.{field}: {why}"

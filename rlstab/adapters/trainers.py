@@ -35,6 +35,7 @@ from rlstab.adapters.trainer_parts import (
 )
 from rlstab.adapters.trainer_aggregation import VERL_ACTOR, verl_need, verl_overrides
 from rlstab.aggregation import TokenSum
+from rlstab.compiler.plan import Plan
 from rlstab.regularisers import AdaptiveEntropy, EntropyBonus, KLPenalty
 
 OPENRLHF_CORRECTION = "--algo.advantage.is_correction_level"
@@ -231,7 +232,7 @@ def settings(objective, key: str) -> list[str]:
 
 def needed(objective, key: str) -> list[Setting]:
     """The [`Setting`][rlstab.adapters.trainers.Setting]s behind [`settings`][rlstab.adapters.trainers.settings]."""
-    t, plan, out = trainer(key), objective.plan(), []
+    t, plan, out = trainer(key), Plan.of(objective), []
     for field_name, (setting, _) in t.on_setting.items():
         readers = list(dict.fromkeys(plan.readers(field_name)))
         if readers:

@@ -7,6 +7,7 @@
   step, one loop for ``gather`` and ``begin_training_batch``), ``step_stats`` (the frozen result).
 - the loss phase: ``loss_phase`` (the loss), ``loss_metrics`` (its metrics, each with how it
   combines over micro-batches), ``loss_output`` (the inputs' finiteness check on the metrics' read).
+- ``lopti_phases``: the two objectives of a Lopti step, compiled and run one after the other.
 
-Importing this package, or ``plan``, imports no torch.
+Importing this package, ``plan`` or ``lopti_phases`` imports no torch.
 """

@@ -1,6 +1,6 @@
 """The plan of an objective: what its compiled loss will read, label and keep state for, without torch.
 
-Made once from an [`Objective`][rlstab.Objective] (``objective.plan()``), immutable. The compiled
+Made once from an [`Objective`][rlstab.Objective] (``Plan.of(objective)``), immutable. The compiled
 loss holds it, ``rlstab explain`` reads it, and the adapters' config checks ask it which
 components read a trainer's tensor, so that checking a config imports no torch.
 """
@@ -10,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlstab.mask_slots import component_labels, mask_slots, matched_slot, shadow_labels
+
 if TYPE_CHECKING:
     from rlstab.objective import Objective
-
-
-def component_labels(kinds: list[str]) -> tuple[str, ...]:
-    """Metric labels: the kind, suffixed with its position when a kind appears twice (``s2t``, ``s2t_0``)."""
-    return tuple(k if kinds.count(k) == 1 else f"{k}_{i}" for i, k in enumerate(kinds))
 
 
 @dataclass(frozen=True)
@@ -78,7 +75,7 @@ class Plan:
                                   if _selection(c) == "micro_batch"),
             rejections=tuple(i for i, m in enumerate(o.masks) if getattr(m, "acts_on_valid", False)),
             shadow_labels=shadow_labels(o),
-            matches=tuple(_slot(o, m.match) if getattr(m, "counted", False) else None for _, m in mask_slots(o)),
+            matches=tuple(matched_slot(o, m.match) if getattr(m, "counted", False) else None for _, m in mask_slots(o)),
         )
 
     def readers(self, field: str) -> list[str]:
@@ -89,52 +86,6 @@ class Plan:
     def reads_rewards(self) -> bool:
         """Whether a component reads ``rewards`` (otherwise rewards beside advantages are ignored)."""
         return bool(self.readers("rewards"))
-
-
-def shadow_labels(objective: Objective) -> tuple[str, ...]:
-    """The shadow masks' labels: ``shadow/`` and the kind, suffixed with its position when a kind appears twice."""
-    return tuple(f"shadow/{label}" for label in component_labels([m.kind for m in objective.shadow_masks]))
-
-
-def mask_slots(objective: Objective) -> list[tuple[str, Any]]:
-    """``(label, mask)`` for the masks, then the shadow masks (``shadow/<label>``): the order of ``StepStats.thresholds``."""
-    o = objective
-    return list(zip(component_labels([m.kind for m in o.masks]), o.masks)) + list(zip(shadow_labels(o), o.shadow_masks))
-
-
-def _slot(objective: Objective, match: int | str | None) -> int | None:
-    """The slot a ``match`` names: an index into ``masks``, or a label of ``mask_slots``; None when none."""
-    if match is None:
-        return None
-    if isinstance(match, int):
-        return match if 0 <= match < len(objective.masks) else None
-    labels = [label for label, _ in mask_slots(objective)]
-    return labels.index(match) if match in labels else None
-
-
-def match_problems(objective: Objective) -> list[tuple[tuple, str, Any]]:
-    """``(path, message, value)`` for each shadow mask that cannot be one and each ``match`` that names no matchable mask."""
-    problems = []
-    slots = mask_slots(objective)
-    fields = [("masks", i) for i in range(len(objective.masks))] + [("shadow_masks", i) for i in range(len(objective.shadow_masks))]
-    for i, m in enumerate(objective.shadow_masks):
-        if getattr(m, "acts_on_valid", False):
-            problems.append((("shadow_masks", i), f"a {m.kind} that turns rejected tokens into padding cannot be a shadow "
-                                                  "mask (it would change every population and denominator)", m.kind))
-    for (_, m), path in zip(slots, fields):
-        if not getattr(m, "counted", False) or getattr(m, "match", None) is None:
-            continue
-        j = _slot(objective, m.match)
-        allowed = ", ".join(repr(lb) for lb, other in slots if not getattr(other, "counted", False)) or "none"
-        if j is None:
-            problems.append(((*path, "match"), f"names no mask of this objective (allowed: {allowed}, or an index into masks)",
-                             m.match))
-        elif getattr(slots[j][1], "counted", False):
-            problems.append(((*path, "match"), f"names {slots[j][0]!r}, itself a counted mask; allowed: {allowed}", m.match))
-        elif getattr(slots[j][1], "acts_on_valid", False):
-            problems.append(((*path, "match"), f"names {slots[j][0]!r}, a rollout rejection whose rejected tokens become "
-                                               "padding, never candidates", m.match))
-    return problems
 
 
 def _selection(component: Any) -> str | None:

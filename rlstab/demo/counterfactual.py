@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable
 
 from rlstab.batch import TokenBatch
+from rlstab.compiler.plan import Plan
 from rlstab.demo.counterfactual_stats import (
     exact_p_value,
     fisher,
@@ -79,7 +80,7 @@ def problems_of(objective: Objective) -> list[str]:
     field the audit does not supply, advantages the trainer gives."""
     from rlstab.advantages import Given
 
-    plan = objective.plan()
+    plan = Plan.of(objective)
     out = []
     if not objective.masks:
         out.append("it has no mask to audit (masks: []); give an objective with one, e.g. stapo")

@@ -193,7 +193,7 @@ def _objectives(objectives: Sequence[str], baseline: str | None, pair: Sequence[
 
 def _mask_labels(loaded, labels: Sequence[str]) -> dict[str, list[str]]:
     """Each objective's mask labels as its metrics rows name them: its masks' (``s2t``), then its shadow masks' (``shadow/s2t``)."""
-    from rlstab.compiler.plan import mask_slots
+    from rlstab.mask_slots import mask_slots
 
     return {label: [slot for slot, _ in mask_slots(objective)] for label, objective in zip(labels, loaded)}
 

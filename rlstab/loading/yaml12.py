@@ -24,7 +24,6 @@ What it reads, and why:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,15 +32,8 @@ from yaml import events
 
 from rlstab.errors import ConfigError, short
 from rlstab.loading.limits import LIMITS, Limits
+from rlstab.yaml_core_schema import BOOL, DECIMAL, FLOAT, HEXADECIMAL, INFINITY, NAN, NULL, OCTAL
 
-_NULL = re.compile(r"~|null|Null|NULL|")
-_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
-_DECIMAL = re.compile(r"[-+]?[0-9]+")
-_OCTAL = re.compile(r"0o[0-7]+")
-_HEXADECIMAL = re.compile(r"0x[0-9a-fA-F]+")
-_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
-_INFINITY = re.compile(r"[-+]?\.(?:inf|Inf|INF)")
-_NAN = re.compile(r"\.(?:nan|NaN|NAN)")
 _INT64 = 2**63
 
 
@@ -55,11 +47,11 @@ class _Refused(Exception):
 
 def resolve_plain(text: str, mark=None) -> Any:
     """The value of a plain (unquoted) scalar under YAML 1.2's core schema."""
-    if _NULL.fullmatch(text):
+    if NULL.fullmatch(text):
         return None
-    if text in _BOOL:
-        return _BOOL[text]
-    if _DECIMAL.fullmatch(text):
+    if text in BOOL:
+        return BOOL[text]
+    if DECIMAL.fullmatch(text):
         digits = text.lstrip("+-")
         if len(digits) > 1 and digits[0] == "0":
             raise _Refused(
@@ -67,15 +59,15 @@ def resolve_plain(text: str, mark=None) -> Any:
                 mark,
             )
         return _integer(text, int(text) if len(digits) <= 19 else None, mark)
-    if _OCTAL.fullmatch(text):
+    if OCTAL.fullmatch(text):
         return _integer(text, int(text[2:], 8) if len(text) <= 24 else None, mark)
-    if _HEXADECIMAL.fullmatch(text):
+    if HEXADECIMAL.fullmatch(text):
         return _integer(text, int(text[2:], 16) if len(text) <= 18 else None, mark)
-    if _FLOAT.fullmatch(text):
+    if FLOAT.fullmatch(text):
         return float(text)
-    if _INFINITY.fullmatch(text):
+    if INFINITY.fullmatch(text):
         return float("-inf") if text[0] == "-" else float("inf")
-    if _NAN.fullmatch(text):
+    if NAN.fullmatch(text):
         return float("nan")
     return text
 
@@ -215,26 +207,6 @@ def parse_yaml(text: str, source: str, limits: Limits = LIMITS) -> Any:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(source, [f"malformed YAML: {_where(getattr(err, 'problem_mark', None))}{problem}"]) from None
     return builder.result
-
-
-class _Dumper(yaml.SafeDumper):
-    """PyYAML's safe dumper, which also quotes text that YAML 1.2 would read as a number (``1e5``, ``0o17``).
-
-    PyYAML quotes a string only when YAML 1.1 would read it as something else; with YAML 1.2's
-    patterns added, a string is quoted when either version would, so the output means the same to
-    rlstab and to any YAML 1.1 tool.
-    """
-
-
-_Dumper.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z"), list("-+0123456789"))
-_Dumper.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(rf"(?:{_FLOAT.pattern}|{_INFINITY.pattern}|{_NAN.pattern})\Z"), list("-+.0123456789")
-)
-
-
-def dump_yaml(data: Any) -> str:
-    """YAML text of plain data that ``parse_yaml`` and YAML 1.1 readers both read back as ``data``."""
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
 
 
 def _cut(text: str, width: int = 40) -> str:

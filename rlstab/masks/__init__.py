@@ -4,7 +4,7 @@ from rlstab.masks.base import Mask
 from rlstab.masks.bypass import BypassRejection
 from rlstab.masks.entropy_quantile import EntropyQuantile
 from rlstab.masks.expression import Expression
-from rlstab.masks.lopti import Lopti, lopti_phases
+from rlstab.masks.lopti import Lopti
 from rlstab.masks.off_policy_sequence import OffPolicySequence
 from rlstab.masks.random_silence import RandomSilence
 from rlstab.masks.rollout import IcePop, RolloutRejection, RolloutVeto
@@ -12,5 +12,5 @@ from rlstab.masks.s2t import S2T, LowProbability
 
 __all__ = [
     "BypassRejection", "EntropyQuantile", "Expression", "IcePop", "LowProbability", "Lopti", "Mask", "OffPolicySequence", "RandomSilence", "RolloutRejection",
-    "RolloutVeto", "S2T", "lopti_phases",
+    "RolloutVeto", "S2T",
 ]

@@ -1,34 +1,20 @@
-r"""Lopti: low-probability token isolation, two updates per step.
+r"""Lopti: low-probability token isolation, one phase of its two updates per step.
 
-How a trainer runs it: compile one objective per phase with [`lopti_phases`][rlstab.masks.lopti.lopti_phases]
-and, every step, run the phases one after the other, each a complete update (its own gather,
-micro-batch losses, backward and optimizer step)::
-
-    low, high = (o.compile() for o in rlstab.masks.lopti_phases(rlstab.load("lopti")))
-    for loss_fn in (low, high):                       # low-probability tokens first
-        batches = forward(policy, step_data)          # current log-probs: after the first phase's update
-        stats = loss_fn.gather(batches)
-        for mb in batches:
-            loss_fn(mb, step=stats).loss.backward()
-        optimizer.step(); optimizer.zero_grad()
-
-Both phases keep the step's ``old_logprobs``, rewards and advantages; only the current
-log-probabilities change between them. The partition uses $\pi_{old}$, so it is the same in both.
+The mask keeps the tokens of one phase; a trainer runs the two phases of a step, each a complete
+update, with the objectives that [`lopti_phases`][rlstab.compiler.lopti_phases.lopti_phases] makes
+(the compiler's side: it reads the whole objective, which a mask does not).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from rlstab.lazy import torch
 from rlstab.masks.base import Mask, at_least, below
 from rlstab.tokens import Tokens
-
-if TYPE_CHECKING:
-    from rlstab.objective import Objective
 
 
 class Lopti(Mask):
@@ -43,8 +29,8 @@ class Lopti(Mask):
     then on the rest with the policy the first update produced, so that the large gradients of
     low-probability tokens no longer drown the high-probability ones. Default $\eta = 0.5$ (the
     paper's and the authors' scripts' ``SEPERATE_PROB=0.5``). A mask cannot run two updates; a
-    trainer runs the two phases (see [`lopti_phases`][rlstab.masks.lopti.lopti_phases] and the
-    module docs).
+    trainer runs the two phases (see [`lopti_phases`][rlstab.compiler.lopti_phases.lopti_phases] and
+    its module docs).
 
     Denominators: the authors zero the other phase's advantages and keep veRL's response mask, so
     each phase's token-mean divides by *all* valid tokens: use ``count: valid`` (the ``lopti``
@@ -67,18 +53,3 @@ class Lopti(Mask):
         rule = f"p_old < {self.eta:g}" if self.phase == "low" else f"p_old >= {self.eta:g}"
         order = "first" if self.phase == "low" else "second"
         return f"lopti ({self.phase}): keep iff {rule} (the {order} of two updates per step)"
-
-
-def lopti_phases(objective: Objective) -> tuple[Objective, Objective]:
-    """The two objectives of a Lopti step, in order: every ``lopti`` mask set to ``low``, then to ``high``.
-
-    Raises ValueError when the objective has no ``lopti`` mask.
-    """
-    if not any(isinstance(m, Lopti) for m in objective.masks):
-        raise ValueError(f"objective {objective.name or 'custom'!r} has no lopti mask to split into phases")
-
-    def with_phase(phase: str) -> Objective:
-        masks = [m.model_copy(update={"phase": phase}) if isinstance(m, Lopti) else m for m in objective.masks]
-        return objective.model_copy(update={"masks": masks})
-
-    return with_phase("low"), with_phase("high")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import rlstab
 from rlstab.errors import ConfigError
+from rlstab.explain import explain
 from rlstab.schema import kind_refs, objective_schema
 from rlstab.testing.hosting import family_name, host_objective, hosted, is_list_field, position
 from rlstab.testing.report import checking
@@ -35,14 +36,14 @@ def check_yaml_round_trip(component, *, host=None) -> None:
 
 def check_describe_and_explain(component, *, host=None) -> None:
     """``describe()`` is one non-empty line (no newline), the same on every call, and
-    ``objective.explain()`` shows it (``rlstab explain`` is how a user reads what runs)."""
+    ``rlstab.explain.explain(objective)`` shows it (``rlstab explain`` is how a user reads what runs)."""
     with checking(component, "check_describe_and_explain"):
         line = component.describe()
         assert isinstance(line, str), f"describe() returned {type(line).__name__}, not a str"
         assert line.strip(), "describe() returned an empty line"
         assert "\n" not in line and "\r" not in line, f"describe() must be one line, got {line!r}"
         assert component.describe() == line, "describe() gives another line when called again"
-        explanation = host_objective(component, host).explain()
+        explanation = explain(host_objective(component, host))
         assert line in explanation, f"explain() does not show describe()'s line {line!r}:\n{explanation}"
 
 

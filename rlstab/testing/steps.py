@@ -23,6 +23,7 @@ requires that the declaration reaches ``per_micro_batch()`` and ``explain()``.
 
 from __future__ import annotations
 
+from rlstab.explain import explain
 from rlstab.testing.batches import advantage_modes, make_batch
 from rlstab.testing.compare import assert_close, assert_grads_close, assert_same, step_metrics, summary
 from rlstab.testing.hosting import component_label, family_name, host_objective
@@ -52,7 +53,7 @@ def check_micro_batches_equal_whole_step(component, *, host=None, seed: int = 0)
         objective = host_objective(component, host)
         local = declares_per_micro_batch(objective, component)
         if local:
-            explanation = objective.explain()
+            explanation = explain(objective)
             label = component_label(objective, component)
             assert EXPLAIN_NOTE in explanation and label in explanation, (
                 f"explain() does not say that {label} is computed within each micro-batch:\n{explanation}"

@@ -8,6 +8,7 @@ import pytest
 
 import rlstab
 from rlstab.adapters.trainer_parts import VERL_SAMPLER, added_by_trainer, unexecutable, unsupplied
+from rlstab.explain import explain
 from rlstab.regularisers import KLPenalty
 
 
@@ -32,7 +33,7 @@ def test_verl_runs_the_sampler_through_its_hook(name):
 
 
 def test_explain_says_where_each_part_runs():
-    text = rlstab.load("goldilocks").explain()
+    text = explain(rlstab.load("goldilocks"))
     where = text[text.index("Where each part runs"):].splitlines()[1:]
     assert [line.split()[0] for line in where] == ["loss", "step", "sampler"]
     assert where[-1].endswith("rlstab.adapters.verl.sampler): embedded, veRL; refused by OpenRLHF, TRL")

@@ -23,6 +23,8 @@ from rlstab.adapters import trainers
 from rlstab.adapters.placement import batch_fields, placement
 from rlstab.adapters.trainer_aggregation import verl_overrides, verl_warning
 from rlstab.cli import main
+from rlstab.compiler.plan import Plan
+from rlstab.explain import explain
 
 VERL_ROLLOUT = (
     "veRL applies its rollout correction in the driver (algorithm.rollout_correction) and passes the resulting "
@@ -41,7 +43,7 @@ def cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
 
 @pytest.mark.parametrize("name", ["tis", "icepop", "recipe-2026"])
 def test_verl_refuses_what_reads_rollout_logprobs_one_line_each(capsys, name):
-    readers = list(dict.fromkeys(rlstab.load(name).plan().readers("rollout_logprobs")))
+    readers = list(dict.fromkeys(Plan.of(rlstab.load(name)).readers("rollout_logprobs")))
     code, out, err = cli(capsys, "validate", "--trainer", "verl", name)
     assert code == 1 and out == []
     assert err == [f"{name} (with veRL): {who} reads TokenBatch.rollout_logprobs: {VERL_ROLLOUT}" for who in readers]
@@ -112,7 +114,7 @@ def test_the_yaml_pages_block_is_what_validate_prints(capsys):
 
 
 def test_explain_tis_no_longer_claims_verl_runs_its_reweighter():
-    text = rlstab.load("tis").explain()
+    text = explain(rlstab.load("tis"))
     rows = text[text.index("Where each part runs"):].splitlines()
     assert "  loss     reweighters[0] (tis): the compiled loss: embedded, OpenRLHF, TRL; refused by veRL" in rows
     assert "in any trainer" not in text
@@ -144,7 +146,7 @@ def test_explain_lists_the_batch_fields_the_objective_reads():
     assert batch_fields(rlstab.load("four_layers"))[-1] == (
         "grad_sq_norms, group_ids, rewards, rollout_logprobs: advantage (opob), only for a batch without advantages"
     )
-    text = rlstab.load("stapo").explain()
+    text = explain(rlstab.load("stapo"))
     assert "Batch fields it reads (TokenBatch):\n  logprobs, response_mask, old_logprobs, advantages: " in text
     assert "\n  entropy: masks[0] (s2t)\n" in text
 

@@ -18,6 +18,7 @@ import rlstab
 from rlstab.adapters.trainer_parts import unexecutable
 from rlstab.advantages import GRPO, MultiTurnOptimalTokenBaseline, OptimalTokenBaseline
 from rlstab.advantages.optimal_token_baseline import response_positions, score_norm_proxy
+from rlstab.explain import explain
 
 NAN = float("nan")
 HALF = math.log(0.5)
@@ -287,7 +288,7 @@ def test_grpo_with_the_token_baseline_runs_two_steps_in_the_embedded_trainer(tmp
 
 
 def test_explain_says_who_supplies_sum_pi_squared():
-    text = rlstab.load({"extends": "grpo", "advantage": {"kind": "optimal_token_baseline"}}).explain()
+    text = explain(rlstab.load({"extends": "grpo", "advantage": {"kind": "optimal_token_baseline"}}))
     assert "A   = optimal_token_baseline: A_i,t = R_i - B_g(t)" in text
     assert "sum_pi_squared: advantage (optimal_token_baseline), only for a batch without advantages" in text
     assert ("  step     advantage (optimal_token_baseline): the estimator: embedded; veRL computes it in its driver "

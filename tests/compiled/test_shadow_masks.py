@@ -4,6 +4,8 @@ import pytest
 import torch
 
 import rlstab
+from rlstab.compiler.plan import Plan
+from rlstab.explain import explain
 
 from batches import random_batch
 from step_worker import take
@@ -88,7 +90,7 @@ def test_the_shadow_label_for_one_s2t_is_shadow_s2t():
 
 
 def test_the_plan_lists_the_shadow_masks_and_their_reads_without_torch():
-    plan = with_shadows("grpo").plan()
+    plan = Plan.of(with_shadows("grpo"))
     assert plan.shadow_labels == ("shadow/s2t",) and plan.mask_labels == ()
     assert plan.readers("entropy") == ["shadow_masks[0] (s2t)"]
 
@@ -117,7 +119,7 @@ def test_statistics_gathered_without_the_shadow_masks_are_refused():
 
 def test_explain_and_yaml_show_the_shadow_masks():
     objective = with_shadows("dapo")
-    text = objective.explain()
+    text = explain(objective)
     assert "shadow masks (measured, not acting" in text and "shadow/s2t s2t: silence iff" in text
     assert rlstab.load(objective.to_yaml()) == objective
 

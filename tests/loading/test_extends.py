@@ -8,6 +8,7 @@ import pytest
 
 import rlstab
 from rlstab import ConfigError
+from rlstab.explain import explain
 from rlstab.loading import LIMITS
 from rlstab.presets import preset_path
 
@@ -78,9 +79,9 @@ def test_a_derived_objective_does_not_take_its_parents_name_and_explain_names_it
     assert main(["explain", str(path)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"{path} (no name: set `name:` and `description:`")
-    assert derived.explain().startswith("objective (no name:")  # from Python, without a source
+    assert explain(derived).startswith("objective (no name:")  # from Python, without a source
     named = rlstab.load("extends: dapo\nname: wider\ndescription: dapo with eps_high 0.3\n")
-    assert named.explain().splitlines()[:2] == ["wider", "  dapo with eps_high 0.3"]
+    assert explain(named).splitlines()[:2] == ["wider", "  dapo with eps_high 0.3"]
 
 
 def test_the_yaml_page_says_what_extends_does_with_the_name():

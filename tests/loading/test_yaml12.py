@@ -10,7 +10,8 @@ import yaml
 import rlstab
 from rlstab import ConfigError
 from rlstab.loading import parse_yaml
-from rlstab.loading.yaml12 import dump_yaml, resolve_plain
+from rlstab.loading.yaml12 import resolve_plain
+from rlstab.yaml_core_schema import dump_yaml
 
 # Plain scalar -> its value under YAML 1.2's core schema (section 10.3.2 of the 1.2.2 spec).
 CORE_SCHEMA = [

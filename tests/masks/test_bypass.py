@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import rlstab
+from rlstab.compiler.plan import Plan
 
 LOSS = {"surrogate": {"kind": "reinforce"}, "aggregation": {"kind": "token-sum", "count": "valid"}}
 
@@ -69,5 +70,5 @@ def test_same_statistic_as_rollout_rejection_in_decoupled_mode():
 
 def test_reads_no_rollout_logprobs():
     objective = rlstab.load({**LOSS, "masks": [{"kind": "bypass_rejection", "high": 2.0}]})
-    assert "rollout_logprobs" not in {field for _, field in objective.plan().reads}
+    assert "rollout_logprobs" not in {field for _, field in Plan.of(objective).reads}
     assert "pi/pi_old" in objective.masks[0].describe() and objective.masks[0].describe().startswith("bypass_rejection")

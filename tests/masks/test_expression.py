@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 
 import rlstab
 from rlstab.batch import BatchError
+from rlstab.explain import explain
 from rlstab.expression import compile_expression
 from rlstab.masks import Expression
 from rlstab.tokens import Tokens
@@ -309,7 +310,7 @@ def test_describe_and_explain():
         "(quantiles over the step's valid tokens, linear)"
     )
     assert Expression(keep="position < 100").describe() == "expression: keep iff position < 100"
-    explained = objective({"kind": "expression", "keep": "position < 100"}).explain()
+    explained = explain(objective({"kind": "expression", "keep": "position < 100"}))
     assert "masks[0] expression: keep iff position < 100" in explained
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import rlstab
-from rlstab.masks import Lopti, lopti_phases
+from rlstab.compiler.lopti_phases import lopti_phases
+from rlstab.masks import Lopti
 
 MASK = torch.tensor([[True, True, True], [True, True, False]])
 # p_old: row 0 = 0.1, 0.5, 0.9; row 1 = 0.49, 0.7 (and padding)

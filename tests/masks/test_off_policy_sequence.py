@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import rlstab
+from rlstab.compiler.plan import Plan
 
 LOSS = {"surrogate": {"kind": "none"}, "aggregation": {"kind": "token-sum", "count": "valid"}}
 LENGTHS = [2, 3, 1]
@@ -63,7 +64,7 @@ def test_behaviour_old_reads_old_logprobs():
     b = batch(field="old_logprobs", gaps=[[0.5, 0.7, 0.0], [0.2, 0.4, 0.6], [2.0, 0.0, 0.0]])
     _, out = trained({"kind": "off_policy_sequence", "threshold": 0.5, "behaviour": "old"}, b)
     assert out.metrics["mask/off_policy_sequence/kept"] == 4.0
-    assert rlstab.load({**LOSS, "masks": [{"kind": "off_policy_sequence", "threshold": 0.5, "behaviour": "old"}]}).plan().readers(
+    assert Plan.of(rlstab.load({**LOSS, "masks": [{"kind": "off_policy_sequence", "threshold": 0.5, "behaviour": "old"}]})).readers(
         "rollout_logprobs") == []
 
 

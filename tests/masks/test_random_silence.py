@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import rlstab
+from rlstab.explain import explain
 from rlstab.masks.random_silence import RandomSilence, mix32, random_keys
 from rlstab.testing import check_micro_batches_equal_whole_step, check_two_ranks_equal_one_process
 from rlstab.tokens import Tokens
@@ -184,7 +185,7 @@ def test_the_yaml_of_a_control_arm_round_trips(tmp_path):
     objective = rlstab.load(path)
     assert objective.masks[0] == RandomSilence(match="shadow/s2t", seed=1)
     assert rlstab.load(objective.to_yaml()) == objective
-    assert "random_silence (a control)" in objective.explain()
+    assert "random_silence (a control)" in explain(objective)
 
 
 @pytest.mark.parametrize("on_device", [False, True])

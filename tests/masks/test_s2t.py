@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import rlstab
+from rlstab.explain import explain
 
 H = torch.tensor([[0.1, 0.7, 0.8, 0.4, 0.5], [0.6, 0.2, 0.3, 0.9, 5.0]])
 P = torch.tensor([[0.5, 0.001, 0.001, 0.0021, 0.0019], [0.5, 0.001, 0.5, 0.5, 0.5]])
@@ -105,4 +106,4 @@ def test_the_dose_tau_p_as_an_arm_extending_stapo(tmp_path):
     batch = rlstab.TokenBatch(logprobs=P.log(), advantages=A, response_mask=MASK, entropy=H)
     assert arm.compile()(batch).metrics["mask/s2t/silenced"] == 3
     assert rlstab.load("stapo").compile()(batch).metrics["mask/s2t/silenced"] == 2
-    assert "p < 0.02 and" in arm.explain()
+    assert "p < 0.02 and" in explain(arm)

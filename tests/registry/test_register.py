@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError
 
 import rlstab
 from rlstab.clipping import Surrogate
+from rlstab.explain import explain
 from rlstab.masks import Mask
 from rlstab.registry import RegistryError, isolated, registrations
 from rlstab.schema import kind_refs, objective_schema
@@ -48,7 +49,7 @@ def test_a_registered_mask_works_from_yaml_from_python_and_round_trips():
     from_python = rlstab.Objective(masks=[InProcessCap(cap=1.5)], aggregation=from_yaml.aggregation)
     assert from_yaml.masks == from_python.masks == [InProcessCap(cap=1.5)]
     assert rlstab.load(from_yaml.to_yaml()) == from_yaml
-    assert "masks[0] in_process_cap: keep tokens with r <= 1.5" in from_yaml.explain()
+    assert "masks[0] in_process_cap: keep tokens with r <= 1.5" in explain(from_yaml)
     # One token at r = 2 > 1.5 silenced, one at r = 1 kept: half the valid tokens.
     batch = rlstab.TokenBatch(
         logprobs=torch.log(torch.tensor([[0.8, 0.5]])), old_logprobs=torch.log(torch.tensor([[0.4, 0.5]])),

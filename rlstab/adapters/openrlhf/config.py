@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlstab.adapters import trainers
+from rlstab.compiler.plan import Plan
 from rlstab.errors import ConfigError
 from rlstab.loading import load, parse_yaml
 from rlstab.objective import Objective
@@ -87,7 +88,7 @@ def check_rollout_source(objective: Objective, is_correction_level: str, label: 
     OpenRLHF passes ``rollout_log_probs`` to its loss only with ``is_correction_level`` ``token``
     or ``seq``; without this check the run would stop at its first micro-batch.
     """
-    readers = list(dict.fromkeys(objective.plan().readers("rollout_logprobs")))
+    readers = list(dict.fromkeys(Plan.of(objective).readers("rollout_logprobs")))
     if readers and is_correction_level == "off":
         setting, why = trainers.OPENRLHF.on_setting["rollout_logprobs"]
         raise ConfigError(label, [
@@ -105,7 +106,7 @@ def double_correction(objective: Objective, level: str, mode: str, threshold) ->
     threshold ``1 1``). The text is [`trainers.openrlhf_double_correction`][rlstab.adapters.trainers.openrlhf_double_correction]'s,
     as ``rlstab validate --trainer openrlhf`` prints it. None when nothing is corrected twice.
     """
-    readers = dict.fromkeys(objective.plan().readers("rollout_logprobs"))
+    readers = dict.fromkeys(Plan.of(objective).readers("rollout_logprobs"))
     correctors = [who for who in readers if who.startswith(trainers.CORRECTORS)]
     try:
         low, high = (0.0, *map(float, threshold)) if len(threshold) == 1 else map(float, threshold)  # one: the upper bound

@@ -37,6 +37,7 @@ from rlstab.adapters.openrlhf.config import (
     step_statistics_from_env,
 )
 from rlstab.adapters.post_import import when_imported
+from rlstab.compiler.plan import Plan
 from rlstab.objective import Objective
 
 PPO_ACTOR_MODULE = "openrlhf.trainer.ray.ppo_actor"
@@ -63,7 +64,7 @@ def install(objective=None, step_statistics: str | None = None) -> Objective:
         loaded = build_objective(objective)
         os.environ[OBJECTIVE_ENV] = objective_to_env(loaded)
     when_imported(PPO_ACTOR_MODULE, _use_rlstab_loss)
-    if loaded.plan().readers("entropy"):
+    if Plan.of(loaded).readers("entropy"):
         when_imported(ACTOR_MODULE, _attach_entropy)
     return loaded
 

@@ -38,6 +38,7 @@ from typing import Any
 from rlstab.adapters import trainers
 from rlstab.adapters.trainer_parts import unsupplied
 from rlstab.advantages import GRPO, Given
+from rlstab.compiler.plan import Plan
 from rlstab.errors import ConfigError
 from rlstab.loading import load
 from rlstab.objective import Objective
@@ -147,7 +148,7 @@ def _refusals(objective: Objective, args) -> list[str]:
             f"entropy_coef = {args.entropy_coef!r}: TRL would add its own entropy bonus; {advice}"
         )
     problems += trainers.problems(objective, "trl")  # what `rlstab validate --trainer trl` reports too
-    plan = objective.plan()
+    plan = Plan.of(objective)
     batched = plan.training_batch
     steps = args.steps_per_generation * args.num_iterations
     if batched and steps != args.gradient_accumulation_steps:

@@ -29,6 +29,7 @@ from rlstab.adapters import trainers
 from rlstab.adapters.optimizer_steps import StepTracker
 from rlstab.adapters.trainer_aggregation import verl_warning
 from rlstab.adapters.trainer_parts import TOKEN_BASELINES, VERL_SAMPLER
+from rlstab.compiler.plan import Plan
 from rlstab.errors import ConfigError
 from rlstab.loading import load
 from rlstab.objective import Objective
@@ -188,7 +189,7 @@ def check_actor(actor) -> None:
     if not ours:
         return
     objective = policy_loss.rlstab_objective
-    readers = objective.plan().readers("entropy")
+    readers = Plan.of(objective).readers("entropy")
     # verl computes entropy when calculate_entropy is set or the entropy bonus is on (ray_trainer._update_actor).
     if readers and not (actor.calculate_entropy or actor.entropy_coeff != 0):
         raise ValueError(

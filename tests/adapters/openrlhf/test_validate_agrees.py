@@ -21,6 +21,7 @@ from rlstab import ConfigError
 from rlstab.adapters import trainers
 from rlstab.adapters.openrlhf.config import CORRECTION_FLAG
 from rlstab.adapters.openrlhf.loss import RlstabPolicyLoss
+from rlstab.compiler.plan import Plan
 from rlstab.cli import main
 
 from openrlhf_gpu_stubs import subprocess_env
@@ -102,7 +103,7 @@ def test_the_launcher_refuses_in_the_driver_what_the_command_refuses_or_needs(tm
         assert lines == problems
     else:
         assert needs == [CORRECTION, NEUTRAL]
-        readers = ", ".join(rlstab.load(name).plan().readers("rollout_logprobs"))
+        readers = ", ".join(Plan.of(rlstab.load(name)).readers("rollout_logprobs"))
         assert lines == [f"{readers} reads TokenBatch.rollout_logprobs: OpenRLHF records vLLM's log-probabilities "
                          f"only with {CORRECTION_FLAG} token|seq (its correction then applies too); {CORRECTION_FLAG} is off"]
 
