@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import functools
 
+from rlstab.adapters.patching import patch_once
+
 PREFIX = "rlstab/"
 
 
 def log_rlstab_metrics(trainer_class) -> None:
     """Wrap ``trainer_class.training_step`` to add the rlstab loss's metrics to its status (idempotent)."""
-    original = trainer_class.training_step
-    if getattr(original, "__rlstab_wrapped__", False):
-        return
+    patch_once(trainer_class, "training_step", _adding_metrics, key=__name__)
 
+
+def _adding_metrics(original):
     @functools.wraps(original)
     def training_step(self, *args, **kwargs):
         status = original(self, *args, **kwargs)
@@ -31,5 +33,4 @@ def log_rlstab_metrics(trainer_class) -> None:
                 status["weights"][PREFIX + name] = "token"
         return status
 
-    training_step.__rlstab_wrapped__ = True
-    trainer_class.training_step = training_step
+    return training_step

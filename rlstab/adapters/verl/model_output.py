@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from contextvars import ContextVar
 
+from rlstab.adapters.patching import patch_once
 from rlstab.lazy import torch
 
 _CURRENT: ContextVar[tuple | None] = ContextVar("rlstab_verl_model_output", default=None)
@@ -24,17 +25,11 @@ _CALLERS = ("verl.workers.utils.losses", "verl.workers.engine_workers", "verl.tr
 
 
 def wrap_ppo_loss(modules: dict) -> None:
-    """Replace ``ppo_loss`` in verl's loss module and in every already-imported caller."""
+    """Replace ``ppo_loss`` in verl's loss module and in every already-imported caller (idempotent)."""
     import verl.workers.utils.losses as losses
 
-    original = losses.ppo_loss
-    if getattr(original, "__rlstab_wrapped__", False):
-        return
-    wrapped = _with_model_output(original)
-    for name in _CALLERS:
-        module = modules.get(name)
-        if module is not None and getattr(module, "ppo_loss", None) is original:
-            module.ppo_loss = wrapped
+    callers = [modules[name] for name in _CALLERS if modules.get(name) is not None]
+    patch_once(losses, "ppo_loss", _with_model_output, key=__name__, also=callers)
 
 
 def _with_model_output(ppo_loss):
@@ -49,7 +44,6 @@ def _with_model_output(ppo_loss):
         finally:
             _CURRENT.reset(token)
 
-    ppo_loss_with_model_output.__rlstab_wrapped__ = True
     return ppo_loss_with_model_output
 
 
