@@ -4,8 +4,10 @@
 averages every metric over micro-batches and data-parallel ranks (weighted by tokens or samples,
 as ``weights`` says) and hands the result to OpenRLHF's loggers (console, wandb, tensorboard).
 Adding the loss's ``last_metrics`` to that dict, token-weighted, puts ``rlstab/mask/s2t/silenced``
-and the rest next to ``policy_loss`` with no logger of ours. Counts are then per-micro-batch
-averages; fractions and thresholds read as they are.
+and the rest next to ``policy_loss`` with no logger of ours. OpenRLHF has no other reduction, so
+only the ``token_mean`` metrics combine as ``Metrics.combines`` declares (over the training batch);
+counts are token-weighted per-micro-batch averages, step values their token-weighted mean over the
+batch's steps (docs/adapters/openrlhf.md).
 """
 
 from __future__ import annotations
