@@ -31,6 +31,7 @@ import inspect
 import logging
 import weakref
 
+from rlstab.adapters.patching import patch_once
 from rlstab.errors import StateError
 
 STATE_KEY = "rlstab_objective_state"
@@ -80,9 +81,11 @@ def attach(trainer, loss) -> None:
 
 def wrap_strategy(strategy_class) -> None:
     """Wrap ``DeepspeedStrategy.save_ckpt`` and ``load_ckpt`` (idempotent)."""
-    save_ckpt, load_ckpt = strategy_class.save_ckpt, strategy_class.load_ckpt
-    if getattr(save_ckpt, "__rlstab_wrapped__", False):
-        return
+    patch_once(strategy_class, "save_ckpt", _saving_state, key=__name__)
+    patch_once(strategy_class, "load_ckpt", _loading_state, key=__name__)
+
+
+def _saving_state(save_ckpt):
     save_signature = inspect.signature(save_ckpt)
 
     @functools.wraps(save_ckpt)
@@ -93,6 +96,10 @@ def wrap_strategy(strategy_class) -> None:
             bound.arguments["client_state"] = {**(bound.arguments.get("client_state") or {}), STATE_KEY: saved_state(loss)}
         return save_ckpt(*bound.args, **bound.kwargs)
 
+    return save_ckpt_with_objective_state
+
+
+def _loading_state(load_ckpt):
     @functools.wraps(load_ckpt)
     def load_ckpt_with_objective_state(self, model, load_dir, *args, **kwargs):
         load_path, states = load_ckpt(self, model, load_dir, *args, **kwargs)
@@ -104,7 +111,4 @@ def wrap_strategy(strategy_class) -> None:
                 _LOADED[model] = (entry, str(load_path))
         return load_path, states
 
-    for wrapped in (save_ckpt_with_objective_state, load_ckpt_with_objective_state):
-        wrapped.__rlstab_wrapped__ = True
-    strategy_class.save_ckpt = save_ckpt_with_objective_state
-    strategy_class.load_ckpt = load_ckpt_with_objective_state
+    return load_ckpt_with_objective_state

@@ -36,6 +36,7 @@ import inspect
 from collections.abc import Iterator
 from contextvars import ContextVar
 
+from rlstab.adapters.patching import patch_once
 from rlstab.lazy import torch
 from rlstab.stats import token_stats_from_logits
 from rlstab.stats.from_logits import runs_fused
@@ -81,11 +82,11 @@ def detached_compute_entropy() -> Iterator[None]:
 
 
 def switch_compute_entropy(actor_module) -> None:
-    """In ``openrlhf.models.actor``, make ``compute_entropy`` detached while a wrapped forward asks for it."""
-    original = actor_module.compute_entropy
-    if getattr(original, "__rlstab_wrapped__", False):
-        return
+    """In ``openrlhf.models.actor``, make ``compute_entropy`` detached while a wrapped forward asks for it (idempotent)."""
+    patch_once(actor_module, "compute_entropy", _switching, key=__name__)
 
+
+def _switching(original):
     @functools.wraps(original)
     def compute_entropy(logits):
         if not _DETACHED.get():
@@ -95,15 +96,15 @@ def switch_compute_entropy(actor_module) -> None:
         with torch.no_grad():  # a GPU without Triton: OpenRLHF's own function is the faster one there
             return original(logits)
 
-    compute_entropy.__rlstab_wrapped__ = True
-    actor_module.compute_entropy = compute_entropy
+    return compute_entropy
 
 
 def wrap_actor_forward(actor_class) -> None:
-    """Replace ``actor_class.forward`` (OpenRLHF's ``Actor``) by the entropy-attaching wrapper."""
-    original = actor_class.forward
-    if getattr(original, "__rlstab_wrapped__", False):
-        return
+    """Replace ``actor_class.forward`` (OpenRLHF's ``Actor``) by the entropy-attaching wrapper (idempotent)."""
+    patch_once(actor_class, "forward", _attaching_entropy, key=__name__)
+
+
+def _attaching_entropy(original):
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -127,5 +128,4 @@ def wrap_actor_forward(actor_class) -> None:
         setattr(log_probs, ENTROPY_ATTRIBUTE, entropy[:, -action_mask.shape[1] :].detach())
         return log_probs, output
 
-    forward.__rlstab_wrapped__ = True
-    actor_class.forward = forward
+    return forward

@@ -4,23 +4,27 @@
 averages every metric over micro-batches and data-parallel ranks (weighted by tokens or samples,
 as ``weights`` says) and hands the result to OpenRLHF's loggers (console, wandb, tensorboard).
 Adding the loss's ``last_metrics`` to that dict, token-weighted, puts ``rlstab/mask/s2t/silenced``
-and the rest next to ``policy_loss`` with no logger of ours. Counts are then per-micro-batch
-averages; fractions and thresholds read as they are.
+and the rest next to ``policy_loss`` with no logger of ours. OpenRLHF has no other reduction, so
+only the ``token_mean`` metrics combine as ``Metrics.combines`` declares (over the training batch);
+counts are token-weighted per-micro-batch averages, step values their token-weighted mean over the
+batch's steps (docs/adapters/openrlhf.md).
 """
 
 from __future__ import annotations
 
 import functools
 
+from rlstab.adapters.patching import patch_once
+
 PREFIX = "rlstab/"
 
 
 def log_rlstab_metrics(trainer_class) -> None:
     """Wrap ``trainer_class.training_step`` to add the rlstab loss's metrics to its status (idempotent)."""
-    original = trainer_class.training_step
-    if getattr(original, "__rlstab_wrapped__", False):
-        return
+    patch_once(trainer_class, "training_step", _adding_metrics, key=__name__)
 
+
+def _adding_metrics(original):
     @functools.wraps(original)
     def training_step(self, *args, **kwargs):
         status = original(self, *args, **kwargs)
@@ -31,5 +35,4 @@ def log_rlstab_metrics(trainer_class) -> None:
                 status["weights"][PREFIX + name] = "token"
         return status
 
-    training_step.__rlstab_wrapped__ = True
-    trainer_class.training_step = training_step
+    return training_step

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from rlstab.adapters.global_counts import counted
 from rlstab.adapters.openrlhf.entropy import detached_compute_entropy
 from rlstab.adapters.openrlhf.inputs import empty_batch, experience_batch, on_device
+from rlstab.adapters.patching import patch_once
 from rlstab.adapters.prepared_step import PreparedStep, preparing
 from rlstab.lazy import torch
 
@@ -74,11 +75,13 @@ def install_step_scope(ppo_actor) -> None:
     """Wrap ``ActorPPOTrainer``'s ``__init__``, ``ppo_train`` and ``training_step``, and rebind
     ``ppo_actor.iter_grad_accum_global_norm``; idempotent."""
     trainer_class = ppo_actor.ActorPPOTrainer
-    if getattr(trainer_class.ppo_train, "__rlstab_step_scope__", False):
-        return
-    init, ppo_train, training_step = trainer_class.__init__, trainer_class.ppo_train, trainer_class.training_step
-    windows = ppo_actor.iter_grad_accum_global_norm
+    patch_once(trainer_class, "__init__", _attaching_the_loss, key=__name__)
+    patch_once(trainer_class, "ppo_train", _with_batch_statistics, key=__name__)
+    patch_once(trainer_class, "training_step", _with_step_statistics, key=__name__)
+    patch_once(ppo_actor, "iter_grad_accum_global_norm", _gathering_each_window, key=__name__)
 
+
+def _attaching_the_loss(init):
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         init(self, *args, **kwargs)
@@ -89,6 +92,10 @@ def install_step_scope(ppo_actor) -> None:
 
             attach(self, loss)
 
+    return __init__
+
+
+def _with_batch_statistics(ppo_train):
     @functools.wraps(ppo_train)
     def ppo_train_with_step_statistics(self, *args, **kwargs):
         loss = rlstab_loss(self)
@@ -101,6 +108,10 @@ def install_step_scope(ppo_actor) -> None:
         finally:
             _CURRENT.reset(token)
 
+    return ppo_train_with_step_statistics
+
+
+def _with_step_statistics(training_step):
     @functools.wraps(training_step)
     def training_step_with_step_statistics(self, experience, *args, **kwargs):
         batch = _CURRENT.get()
@@ -110,6 +121,10 @@ def install_step_scope(ppo_actor) -> None:
         with preparing(stats):
             return training_step(self, experience, *args, **kwargs)
 
+    return training_step_with_step_statistics
+
+
+def _gathering_each_window(windows):
     @functools.wraps(windows)
     def iter_grad_accum_global_norm(data_iter, strategy, accumulated_gradient, mask_fn):
         batch = _CURRENT.get()
@@ -126,13 +141,7 @@ def install_step_scope(ppo_actor) -> None:
         if window:  # OpenRLHF's trailing partial step
             yield from _step(batch, windows(window, strategy, accumulated_gradient, mask_fn))
 
-    for wrapped in (__init__, ppo_train_with_step_statistics, training_step_with_step_statistics,
-                    iter_grad_accum_global_norm):
-        wrapped.__rlstab_step_scope__ = True
-    trainer_class.__init__ = __init__
-    trainer_class.ppo_train = ppo_train_with_step_statistics
-    trainer_class.training_step = training_step_with_step_statistics
-    ppo_actor.iter_grad_accum_global_norm = iter_grad_accum_global_norm
+    return iter_grad_accum_global_norm
 
 
 def _step(batch: _TrainingBatch, pairs):

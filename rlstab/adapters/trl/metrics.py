@@ -6,8 +6,10 @@ every configured logger. So metrics appended here appear there, like TRL's own:
 
 - ``rlstab/<name>`` for every metric of the objective (``rlstab/mask/s2t/silenced``,
   ``rlstab/mask/s2t/entropy_threshold``, ``rlstab/tokens/kept_fraction``, ``rlstab/clip/high_fraction``,
-  ...), averaged over processes here and over micro-batches by TRL: counts are per micro-batch
-  and per process.
+  ...), averaged over processes here and over micro-batches by TRL, whose ``log()`` has no other
+  reduction: so they do not combine as ``Metrics.combines`` declares. Counts are per micro-batch
+  and per process; fractions are unweighted means of the micro-batches'; step values the mean of
+  the logged steps' (docs/adapters/trl.md).
 - TRL's names, global over processes as TRL computes them: ``entropy`` (mean over loss-mask
   tokens); with a surrogate that reports clipping, ``clip_ratio/low_mean`` (A < 0 and
   r < 1 - eps_low), ``clip_ratio/high_mean`` (A > 0 and r > 1 + eps_high), ``clip_ratio/region_mean``

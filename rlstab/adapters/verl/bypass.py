@@ -17,7 +17,7 @@ import functools
 import warnings
 from types import ModuleType
 
-_WRAPPED = "_rlstab_bypass_wrapped"
+from rlstab.adapters.patching import patch_once
 
 
 def ignored_settings(rollout_corr_config) -> list[str]:
@@ -34,10 +34,10 @@ def ignored_settings(rollout_corr_config) -> list[str]:
 
 def wrap_apply_bypass_mode(module: ModuleType) -> None:
     """Wrap ``module.apply_bypass_mode`` so that it keeps ``loss_mode=rlstab`` (idempotent)."""
-    original = module.apply_bypass_mode
-    if getattr(original, _WRAPPED, False):
-        return
+    patch_once(module, "apply_bypass_mode", _keeping_rlstab, key=__name__)
 
+
+def _keeping_rlstab(original):
     @functools.wraps(original)
     def apply_bypass_mode(batch, rollout_corr_config=None, policy_loss_config=None):
         if policy_loss_config is None or policy_loss_config.get("loss_mode", None) != "rlstab":
@@ -59,5 +59,4 @@ def wrap_apply_bypass_mode(module: ModuleType) -> None:
             )
         return None
 
-    setattr(apply_bypass_mode, _WRAPPED, True)
-    module.apply_bypass_mode = apply_bypass_mode
+    return apply_bypass_mode

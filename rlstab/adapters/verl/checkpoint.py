@@ -48,6 +48,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from rlstab.adapters.patching import patch_once
 from rlstab.adapters.state_file import STATE_FILE, read_state, state_path, write_state
 from rlstab.adapters.verl.config import RlstabPolicyLossConfig, worker_policy_loss
 from rlstab.errors import StateError
@@ -61,10 +62,11 @@ _log = logging.getLogger(__name__)
 
 def wrap_training_worker(training_worker_class: type) -> None:
     """Wrap ``TrainingWorker.save_checkpoint`` and ``load_checkpoint`` (idempotent)."""
-    save, load = training_worker_class.save_checkpoint, training_worker_class.load_checkpoint
-    if getattr(save, "__rlstab_wrapped__", False):
-        return
+    patch_once(training_worker_class, "save_checkpoint", _saving_state, key=__name__)
+    patch_once(training_worker_class, "load_checkpoint", _loading_state, key=__name__)
 
+
+def _saving_state(save):
     @functools.wraps(save)  # keeps verl's dispatch registration (function attributes)
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
         result = save(self, local_path, hdfs_path, global_step, max_ckpt_to_keep)
@@ -73,6 +75,10 @@ def wrap_training_worker(training_worker_class: type) -> None:
             save_state(policy_loss.rlstab_compiled, local_path)
         return result
 
+    return save_checkpoint
+
+
+def _loading_state(load):
     @functools.wraps(load)
     def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
         result = load(self, local_path, hdfs_path, del_local_after_load)
@@ -91,10 +97,7 @@ def wrap_training_worker(training_worker_class: type) -> None:
             )
         return result
 
-    for wrapped in (save_checkpoint, load_checkpoint):
-        wrapped.__rlstab_wrapped__ = True
-    training_worker_class.save_checkpoint = save_checkpoint
-    training_worker_class.load_checkpoint = load_checkpoint
+    return load_checkpoint
 
 
 def _with_extra(worker, contents: str) -> bool:

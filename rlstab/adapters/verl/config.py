@@ -27,6 +27,7 @@ from verl.workers.config import PolicyLossConfig
 
 from rlstab.adapters import trainers
 from rlstab.adapters.optimizer_steps import StepTracker
+from rlstab.adapters.patching import patch_once
 from rlstab.adapters.trainer_aggregation import verl_warning
 from rlstab.adapters.trainer_parts import TOKEN_BASELINES, VERL_SAMPLER
 from rlstab.compiler.plan import Plan
@@ -164,17 +165,16 @@ def _plain(value: Any) -> Any:
 
 def add_actor_check(actor_config_class: type) -> None:
     """Run [`check_actor`][rlstab.adapters.verl.config.check_actor] after ``ActorConfig.__post_init__`` (idempotent)."""
-    original = actor_config_class.__post_init__
-    if getattr(original, "__rlstab_wrapped__", False):
-        return
+    patch_once(actor_config_class, "__post_init__", _checking_actor, key=__name__)
 
+
+def _checking_actor(original):
     @functools.wraps(original)
     def __post_init__(self):
         original(self)
         check_actor(self)
 
-    __post_init__.__rlstab_wrapped__ = True
-    actor_config_class.__post_init__ = __post_init__
+    return __post_init__
 
 
 def check_actor(actor) -> None:

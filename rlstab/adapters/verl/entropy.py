@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from rlstab.adapters.patching import patch_once
 from rlstab.lazy import torch
 from rlstab.stats import token_stats_from_logits
 from rlstab.stats.from_logits import runs_fused
@@ -52,19 +53,18 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> 
 
 
 def wrap_set_loss_fn(training_worker_class: type) -> None:
-    """After ``TrainingWorker.set_loss_fn``, give the engine rlstab's entropy if the loss is rlstab's."""
-    original = training_worker_class.set_loss_fn
-    if getattr(original, "__rlstab_wrapped__", False):
-        return
+    """After ``TrainingWorker.set_loss_fn``, give the engine rlstab's entropy if the loss is rlstab's (idempotent)."""
+    patch_once(training_worker_class, "set_loss_fn", _giving_entropy, key=__name__)
 
+
+def _giving_entropy(original):
     @functools.wraps(original)  # keeps verl's dispatch registration (function attributes)
     def set_loss_fn(self, loss_fn):
         result = original(self, loss_fn)
         use_rlstab_entropy(getattr(self, "engine", None), loss_fn)
         return result
 
-    set_loss_fn.__rlstab_wrapped__ = True
-    training_worker_class.set_loss_fn = set_loss_fn
+    return set_loss_fn
 
 
 def use_rlstab_entropy(engine, loss_fn) -> bool:

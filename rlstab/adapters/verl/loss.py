@@ -8,7 +8,8 @@ It maps verl's tensors onto a [`TokenBatch`][rlstab.TokenBatch] ([`inputs`][rlst
 takes the step's statistics (prepared by the [`step_scope`][rlstab.adapters.verl.step_scope], or this
 micro-batch's own) with verl's ``config.global_batch_info`` as the denominators
 ([`counts`][rlstab.adapters.verl.counts]), runs the compiled objective and returns ``(loss, metrics)``
-with verl's metric names ([`metrics`][rlstab.adapters.verl.metrics]).
+with verl's metric names, each combined over the step's micro-batches as it declares
+([`metrics`][rlstab.adapters.verl.metrics]).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from rlstab.adapters.prepared_step import prepared_step
 from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig
 from rlstab.adapters.verl.counts import step_stats, with_trainer_counts
 from rlstab.adapters.verl.inputs import token_batch
-from rlstab.adapters.verl.metrics import verl_metrics
-from rlstab.adapters.verl.model_output import current_dp_group, current_entropy
+from rlstab.adapters.verl.metrics import step_combined, verl_metrics
+from rlstab.adapters.verl.model_output import current_dp_group, current_entropy, declare_metrics
 from rlstab.lazy import torch
 
 
@@ -69,6 +70,7 @@ def rlstab_policy_loss(
         update_state = policy_loss.rlstab_step_tracker.first_call_of_step()
         step = step_stats(compiled, batch, info, across_ranks, group, update_state)
     out = compiled(batch, step=step)
+    declare_metrics(step_combined(out.metrics, info))
     return out.loss, verl_metrics(out.metrics)
 
 

@@ -8,33 +8,47 @@ rlstab loss through a context variable; ``ppo_loss`` itself runs unchanged.
 
 Modules that bound ``ppo_loss`` by ``from ... import ppo_loss`` before the wrap are patched too;
 modules imported later bind the wrapped function.
+
+The way back: ``ppo_loss`` wraps every metric of a policy loss as a mean over micro-batches
+(``Metric.from_dict(..., AggregationType.MEAN)``, and refuses a loss's own ``Metric`` of another
+kind). The rlstab loss hands its metrics with the aggregation each needs to
+[`declare_metrics`][rlstab.adapters.verl.model_output.declare_metrics], and the wrapper puts them in
+``ppo_loss``'s result in place of the means ([`metrics`][rlstab.adapters.verl.metrics]).
 """
 
 from __future__ import annotations
 
 import functools
 from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
 
+from rlstab.adapters.patching import patch_once
 from rlstab.lazy import torch
 
-_CURRENT: ContextVar[tuple | None] = ContextVar("rlstab_verl_model_output", default=None)
+
+@dataclass
+class _Call:
+    """One running ``ppo_loss`` call: what it was given, and the metrics the rlstab loss declared in it."""
+
+    model_output: Any
+    data: Any
+    dp_group: Any
+    metrics: dict | None = None
+
+
+_CURRENT: ContextVar[_Call | None] = ContextVar("rlstab_verl_model_output", default=None)
 
 # Modules of verl 0.9.1 that call ``ppo_loss`` by a name bound at import time.
 _CALLERS = ("verl.workers.utils.losses", "verl.workers.engine_workers", "verl.trainer.distillation.losses")
 
 
 def wrap_ppo_loss(modules: dict) -> None:
-    """Replace ``ppo_loss`` in verl's loss module and in every already-imported caller."""
+    """Replace ``ppo_loss`` in verl's loss module and in every already-imported caller (idempotent)."""
     import verl.workers.utils.losses as losses
 
-    original = losses.ppo_loss
-    if getattr(original, "__rlstab_wrapped__", False):
-        return
-    wrapped = _with_model_output(original)
-    for name in _CALLERS:
-        module = modules.get(name)
-        if module is not None and getattr(module, "ppo_loss", None) is original:
-            module.ppo_loss = wrapped
+    callers = [modules[name] for name in _CALLERS if modules.get(name) is not None]
+    patch_once(losses, "ppo_loss", _with_model_output, key=__name__, also=callers)
 
 
 def _with_model_output(ppo_loss):
@@ -43,13 +57,16 @@ def _with_model_output(ppo_loss):
         model_output = kwargs.get("model_output", args[1] if len(args) > 1 else None)
         data = kwargs.get("data", args[2] if len(args) > 2 else None)
         dp_group = kwargs.get("dp_group", args[3] if len(args) > 3 else None)
-        token = _CURRENT.set((model_output, data, dp_group))
+        call = _Call(model_output, data, dp_group)
+        token = _CURRENT.set(call)
         try:
-            return ppo_loss(*args, **kwargs)
+            result = ppo_loss(*args, **kwargs)
         finally:
             _CURRENT.reset(token)
+        if call.metrics:
+            result[1].update(call.metrics)  # (policy_loss, metrics)
+        return result
 
-    ppo_loss_with_model_output.__rlstab_wrapped__ = True
     return ppo_loss_with_model_output
 
 
@@ -61,7 +78,7 @@ def current_entropy() -> torch.Tensor | None:
     current = _CURRENT.get()
     if current is None:
         return None
-    model_output, data, _ = current
+    model_output, data = current.model_output, current.data
     entropy = model_output.get("entropy") if model_output is not None else None
     if entropy is None:
         return None
@@ -73,4 +90,14 @@ def current_entropy() -> torch.Tensor | None:
 def current_dp_group():
     """The data-parallel process group ``ppo_loss`` was called with (None outside ``ppo_loss``)."""
     current = _CURRENT.get()
-    return None if current is None else current[2]
+    return None if current is None else current.dp_group
+
+
+def declare_metrics(metrics: dict) -> bool:
+    """Within ``ppo_loss``: ``metrics`` (name -> veRL ``Metric``) replace the entries ``ppo_loss`` returns
+    under those names. Whether the loss runs inside ``ppo_loss`` (else nothing happens)."""
+    current = _CURRENT.get()
+    if current is None:
+        return False
+    current.metrics = metrics
+    return True

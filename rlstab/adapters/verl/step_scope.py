@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rlstab.adapters.global_counts import counted
+from rlstab.adapters.patching import patch_once
 from rlstab.adapters.prepared_step import PreparedStep, preparing
 from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig, worker_policy_loss
 from rlstab.adapters.verl.inputs import field, token_batch_of
@@ -66,10 +67,11 @@ _CURRENT_BATCH: ContextVar[_TrainingBatch | None] = ContextVar("rlstab_verl_trai
 
 def wrap_training_worker(training_worker_class: type) -> None:
     """Wrap ``train_mini_batch`` (training batch) and ``train_batch`` (optimizer step); idempotent."""
-    if getattr(training_worker_class.train_batch, "__rlstab_wrapped__", False):
-        return
-    train_mini_batch, train_batch = training_worker_class.train_mini_batch, training_worker_class.train_batch
+    patch_once(training_worker_class, "train_mini_batch", _with_batch_statistics, key=__name__)
+    patch_once(training_worker_class, "train_batch", _with_step_statistics, key=__name__)
 
+
+def _with_batch_statistics(train_mini_batch):
     @functools.wraps(train_mini_batch)  # keeps verl's dispatch registration (function attributes)
     def train_mini_batch_with_batch_statistics(self, data):
         policy_loss = worker_policy_loss(self)
@@ -85,6 +87,10 @@ def wrap_training_worker(training_worker_class: type) -> None:
         finally:
             _CURRENT_BATCH.reset(token)
 
+    return train_mini_batch_with_batch_statistics
+
+
+def _with_step_statistics(train_batch):
     @functools.wraps(train_batch)
     def train_batch_with_step_statistics(self, data):
         policy_loss = worker_policy_loss(self)
@@ -99,10 +105,7 @@ def wrap_training_worker(training_worker_class: type) -> None:
             if batch is not None:
                 batch.steps_done += 1
 
-    for wrapped in (train_mini_batch_with_batch_statistics, train_batch_with_step_statistics):
-        wrapped.__rlstab_wrapped__ = True
-    training_worker_class.train_mini_batch = train_mini_batch_with_batch_statistics
-    training_worker_class.train_batch = train_batch_with_step_statistics
+    return train_batch_with_step_statistics
 
 
 def refuse_drifting_state(policy_loss: RlstabPolicyLossConfig, dp_size: int) -> None:
@@ -175,10 +178,10 @@ def keep_old_entropy(ray_ppo_trainer_class: type) -> None:
     which the trainer leaves in the batch: the training batch's statistics and its first step
     then need no forward of their own. Idempotent.
     """
-    original = ray_ppo_trainer_class._compute_old_log_prob
-    if getattr(original, "__rlstab_wrapped__", False):
-        return
+    patch_once(ray_ppo_trainer_class, "_compute_old_log_prob", _keeping_old_entropy, key=__name__)
 
+
+def _keeping_old_entropy(original):
     @functools.wraps(original)
     def compute_old_log_prob_keeping_entropy(self, batch):
         old_log_prob, *rest = original(self, batch)
@@ -191,5 +194,4 @@ def keep_old_entropy(ray_ppo_trainer_class: type) -> None:
             old_log_prob.batch[OLD_ENTROPY] = old_log_prob.batch["entropys"]
         return (old_log_prob, *rest)
 
-    compute_old_log_prob_keeping_entropy.__rlstab_wrapped__ = True
-    ray_ppo_trainer_class._compute_old_log_prob = compute_old_log_prob_keeping_entropy
+    return compute_old_log_prob_keeping_entropy

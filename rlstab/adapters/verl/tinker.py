@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from rlstab.adapters.patching import patch_once
 from rlstab.adapters.verl.config import CONFIG_PATH, RlstabPolicyLossConfig
 
 
@@ -28,10 +29,10 @@ def refusal(loss_fn) -> str | None:
 
 def wrap_tinker_worker(worker_class: type) -> None:
     """Refuse, in ``worker_class.set_loss_fn``, an rlstab loss the Tinker worker cannot run (idempotent)."""
-    original = worker_class.set_loss_fn
-    if getattr(original, "__rlstab_tinker__", False):
-        return
+    patch_once(worker_class, "set_loss_fn", _refusing, key=__name__)
 
+
+def _refusing(original):
     @functools.wraps(original)  # keeps verl's dispatch registration (function attributes)
     def set_loss_fn(self, loss_fn):
         problem = refusal(loss_fn)
@@ -39,5 +40,4 @@ def wrap_tinker_worker(worker_class: type) -> None:
             raise RuntimeError(problem)
         return original(self, loss_fn)
 
-    set_loss_fn.__rlstab_tinker__ = True
-    worker_class.set_loss_fn = set_loss_fn
+    return set_loss_fn
