@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from rlstab.clipping.base import Surrogate, SurrogateResult
+from rlstab.clipping.base import SurrogateResult
 from rlstab.clipping.bounded import clip_between
+from rlstab.clipping.clip_range import DualClipped
 from rlstab.components import ComponentState, configured
 from rlstab.lazy import torch
 from rlstab.tokens import Tokens
@@ -57,7 +58,7 @@ class BAPOState(ComponentState):
         return value
 
 
-class BAPO(Surrogate):
+class BAPO(DualClipped):
     r"""Balanced Policy Optimization with Adaptive Clipping (Xi et al., arXiv 2510.18927, eq. 8, Algorithm 1).
 
     The PPO clip $\max(-Ar, -A\,\mathrm{clip}(r, c_{low}, c_{high}))$ with the ratio bounds
@@ -127,15 +128,14 @@ class BAPO(Surrogate):
     dual_clip: float | None = Field(None, gt=1.0)
     """Dual-clip constant c for negative advantages (must exceed upper_max); null: none (paper)."""
 
-    @model_validator(mode="after")
-    def _ranges_in_order(self):
+    def _check_ranges(self) -> None:
         if self.lower_start > self.lower_max:
             raise ValueError(f"lower_start ({self.lower_start}) must not exceed lower_max ({self.lower_max})")
         if self.upper_start > self.upper_max:
             raise ValueError(f"upper_start ({self.upper_start}) must not exceed upper_max ({self.upper_max})")
-        if self.dual_clip is not None and self.dual_clip <= self.upper_max:
-            raise ValueError(f"dual_clip ({self.dual_clip}) must exceed upper_max ({self.upper_max})")
-        return self
+
+    def _highest_upper(self) -> tuple[str, float]:
+        return "upper_max", self.upper_max
 
     def candidates(self) -> tuple[list[float], list[float]]:
         """The upper and lower bounds the search can visit, in the order it visits them."""
@@ -220,9 +220,7 @@ class BAPO(Surrogate):
             f"[{self.upper_start:g}, {self.upper_max:g}] (step {self.upper_step:g}) until the positive "
             f"contribution reaches {self.target:g} ({self.search} search)"
         )
-        if self.dual_clip is not None:
-            s += f"; for A < 0, l = min(l, -{self.dual_clip:g} A) (dual-clip)"
-        return s
+        return s + self.dual_clip_text()
 
 
 def _prefix_sums(weight: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from rlstab.clipping.base import Surrogate, SurrogateResult, indicator, unclamped
+from rlstab.clipping.base import SurrogateResult, indicator, unclamped
+from rlstab.clipping.clip_range import ClipRange
 from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 
-class GPPO(Surrogate):
+class GPPO(ClipRange):
     r"""Gradient-Preserving clipping Policy Optimization (Klear-Reasoner, arXiv 2508.07629,
     the GPPO objective) and its generalisation CE-GPPO (arXiv 2509.20712, the CE-GPPO objective).
 
@@ -73,12 +74,6 @@ class GPPO(Surrogate):
     dual_clip: float | None = Field(10.0, gt=1.0)
     """Dual-clip constant c (> 1 + eps_high) bounding the loss of A < 0 tokens by -c A; null: off (authors' runs: 10)."""
 
-    @model_validator(mode="after")
-    def _dual_clip_above_clip_range(self):
-        if self.dual_clip is not None and self.dual_clip <= 1.0 + self.eps_high:
-            raise ValueError(f"dual_clip ({self.dual_clip}) must exceed 1 + eps_high ({1.0 + self.eps_high})")
-        return self
-
     def evaluate(self, t: Tokens, weight: torch.Tensor, step=None) -> SurrogateResult:
         r, adv = t.ratio, t.advantage_rows
         upper, lower = 1.0 + self.eps_high, 1.0 - self.eps_low
@@ -110,7 +105,5 @@ class GPPO(Surrogate):
             f"gppo: l = -A r inside; A > 0, r > {hi:g}: l = -{self.beta_high:g}*{hi:g} A r/sg(r); "
             f"A < 0, r < {lo:g}: l = -{self.beta_low:g}*{lo:g} A r/sg(r) (clipped tokens keep a bounded gradient)"
         )
-        if self.dual_clip is not None:
-            s += f"; for A < 0, l = min(l, -{self.dual_clip:g} A) (dual-clip)"
-        return s
+        return s + self.dual_clip_text()
 

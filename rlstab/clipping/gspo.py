@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from rlstab.clipping.base import Surrogate, SurrogateResult, indicator, unclamped
+from rlstab.clipping.base import SurrogateResult, indicator, unclamped
+from rlstab.clipping.bounded import clamp_between, clip_counts
+from rlstab.clipping.clip_range import ClipRange
 from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 
-class GSPO(Surrogate):
+class GSPO(ClipRange):
     r"""Group Sequence Policy Optimization (Zheng et al., arXiv 2507.18071; objective: eq. 5).
 
     Every token of response $i$ shares one importance ratio, the geometric mean of its token
@@ -65,20 +66,12 @@ class GSPO(Surrogate):
     gradient: Literal["sequence", "token"] = "sequence"
     """``sequence``: differentiate through s_i (paper's GSPO, OpenRLHF); ``token``: GSPO-token (verl)."""
 
-    @model_validator(mode="after")
-    def _dual_clip_above_clip_range(self):
-        if self.dual_clip is not None and self.dual_clip <= 1.0 + self.eps_high:
-            raise ValueError(f"dual_clip ({self.dual_clip}) must exceed 1 + eps_high ({1.0 + self.eps_high})")
-        return self
-
     def evaluate(self, t: Tokens, weight: torch.Tensor, step=None) -> SurrogateResult:
         valid, adv = t.valid, t.advantage_rows  # adv: [B, 1] or [B, T]
         n = valid.sum(-1, keepdim=True).clamp_(min=1.0)  # [B, 1]
         s = torch.exp((t.log_ratio * valid).sum(-1, keepdim=True) / n)  # [B, 1]: s_i
-        lo = torch.where(adv > 0, 0.0, 1.0 - self.eps_low)
-        hi = torch.where(adv < 0, math.inf if self.dual_clip is None else self.dual_clip, 1.0 + self.eps_high)
-        # As for PPOClip: one clamp per token is the active branch of the max (and of the dual min).
-        s_clip = torch.clamp(s, min=lo, max=hi)  # [B, 1] or [B, T]
+        lower, upper, cap = self.ratio_bounds()
+        s_clip = clamp_between(s, adv, lower, upper, cap)  # [B, 1] or [B, T]: one clamp per token, as for PPOClip
         w = weight * adv.neg()  # [B, T]
         loss = (w * s_clip).sum()
         active = indicator(torch.eq, s_clip, s).expand_as(w)  # s inside the token's clip interval
@@ -88,24 +81,7 @@ class GSPO(Surrogate):
         else:  # d s_i / d logp_t = s_i / n_i on every valid token of the response
             grad = (signal.sum(-1, keepdim=True) * s / n) * valid
         grad = grad * unclamped(t)
-
-        pos = indicator(torch.gt, adv, 0.0).expand_as(w) * valid
-        neg = indicator(torch.lt, adv, 0.0).expand_as(w) * valid
-        outside = 1.0 - active
-        counts = {"clip/high_fraction": (pos * outside).sum()}
-        out_neg = (neg * outside).sum()
-        if self.dual_clip is None:
-            counts["clip/low_fraction"] = out_neg
-        else:
-            n_dual = (neg * indicator(torch.gt, s, self.dual_clip)).sum()
-            counts["clip/low_fraction"] = out_neg - n_dual
-            counts["clip/dual_fraction"] = n_dual
-        return SurrogateResult(loss, grad, counts)
+        return SurrogateResult(loss, grad, clip_counts(t, s.expand_as(w), s_clip.expand_as(w), cap is not None))
 
     def describe(self) -> str:
-        s = (
-            f"gspo: s_i = exp(mean_t log r_i,t); l = max(-A s_i, -A clip(s_i, {1 - self.eps_low:g}, {1 + self.eps_high:g}))"
-        )
-        if self.dual_clip is not None:
-            s += f"; for A < 0, l = min(l, -{self.dual_clip:g} A) (dual-clip)"
-        return s + f"; gradient: {self.gradient}"
+        return f"gspo: s_i = exp(mean_t log r_i,t); {self.clip_text('s_i')}; gradient: {self.gradient}"

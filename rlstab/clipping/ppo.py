@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, model_serializer
 
-from rlstab.clipping.base import Surrogate, SurrogateResult, indicator, unclamped
+from rlstab.clipping.base import Surrogate, SurrogateResult, unclamped
+from rlstab.clipping.bounded import clip_between
+from rlstab.clipping.clip_range import ClipRange
 from rlstab.lazy import torch
 from rlstab.tokens import Tokens
 
 
-class PPOClip(Surrogate):
+class PPOClip(ClipRange):
     r"""PPO clip (Schulman et al., arXiv 1707.06347, eq. 7) with clip-higher and dual-clip.
 
     $$l = \max\bigl(-A r,\; -A\,\mathrm{clip}(r, 1-\epsilon_{low}, 1+\epsilon_{high})\bigr),
@@ -58,17 +59,6 @@ class PPOClip(Surrogate):
     delta: float | None = Field(None, gt=0.0)
     """Two-sided clipping (TRL's ``delta``): the ratio of the unclipped branch is capped at delta; null: off."""
 
-    @model_validator(mode="after")
-    def _dual_clip_above_clip_range(self):
-        if self.dual_clip is not None and self.dual_clip <= 1.0 + self.eps_high:
-            raise ValueError(f"dual_clip ({self.dual_clip}) must exceed 1 + eps_high ({1.0 + self.eps_high})")
-        if self.dual_clip is not None and self.delta is not None:
-            raise ValueError(
-                f"dual_clip ({self.dual_clip}) and delta ({self.delta}) both bound the ratio of negative-advantage "
-                "tokens; set one (delta > 1 + eps_high is dual_clip = delta)"
-            )
-        return self
-
     @model_serializer(mode="wrap")
     def _without_unset_delta(self, handler):
         # delta came later: absent while unset, so an objective keeps its fingerprint (and lab folders resume)
@@ -77,39 +67,15 @@ class PPOClip(Surrogate):
             data.pop("delta", None)
         return data
 
-    def _bounds(self) -> tuple[float, float, float]:
-        """``(lower, upper for A > 0, upper for A < 0)`` of the ratio's clip interval."""
-        upper, lower = 1.0 + self.eps_high, 1.0 - self.eps_low
-        if self.delta is not None:
-            return lower, min(upper, self.delta), max(upper, self.delta)
-        return lower, upper, (math.inf if self.dual_clip is None else self.dual_clip)
+    def _delta_cap(self) -> float | None:
+        return self.delta
 
     def evaluate(self, t: Tokens, weight: torch.Tensor, step=None) -> SurrogateResult:
-        r, adv = t.ratio, t.advantage_rows  # adv: [B, 1] (one per response) or [B, T]
-        lower, upper, dual = self._bounds()
-        # Each token's clip interval: A > 0: r <= 1+eh.  A < 0: 1-el <= r <= c.  (r > 0 always.)
-        # One clamp with per-response bounds is the active branch of the max (and of the dual min):
-        # A > 0: l = -A min(r, 1+eh).  A < 0: l = -A clamp(r, 1-el, c).  A = 0: l = 0 and its gradient
-        # 0 whatever the bounds (the weight -A is a zero).
-        # With delta: A > 0: upper = min(1+eh, delta); A < 0: c = max(1+eh, delta) (see the docstring).
-        neg = adv < 0
-        lo = neg * lower  # 0 where A >= 0: no lower bound there, since r > 0
-        hi = torch.where(neg, dual, upper)
-        r_clip = torch.clamp(r, min=lo, max=hi)
-        w = weight * adv.neg()
-        loss = torch.dot(w.view(-1), r_clip.view(-1))
-        # d l / d logp = -A r where r is inside its clip interval (r_clip == r), 0 where clipped.
-        grad = w.mul_(indicator(torch.eq, r_clip, r)).mul_(r).mul_(unclamped(t))
-        return SurrogateResult(loss, grad, _clip_counts(t, r_clip, not math.isinf(dual)))
+        # Each token's clip interval: A > 0: r <= 1+eh (min(1+eh, delta)).  A < 0: 1-el <= r <= c (max(1+eh, delta)).
+        return clip_between(t, weight, *self.ratio_bounds())
 
     def describe(self) -> str:
-        s = f"ppo_clip: l = max(-A r, -A clip(r, {1 - self.eps_low:g}, {1 + self.eps_high:g}))"
-        if self.dual_clip is not None:
-            s += f"; for A < 0, l = min(l, -{self.dual_clip:g} A) (dual-clip)"
-        if self.delta is not None:
-            s = (f"ppo_clip: l = max(-A min(r, {self.delta:g}), -A clip(r, {1 - self.eps_low:g}, {1 + self.eps_high:g}))"
-                 " (two-sided clip, delta)")
-        return s
+        return f"ppo_clip: {self.clip_text()}"
 
 
 class NoClip(Surrogate):
@@ -130,21 +96,3 @@ class NoClip(Surrogate):
     def describe(self) -> str:
         return "none: l = -A r (no clipping)"
 
-
-def _clip_counts(t: Tokens, r_clip: torch.Tensor, dual: bool) -> dict[str, torch.Tensor]:
-    """Valid tokens outside their clip interval, by the sign of A: above it (A > 0: ``clip/high_fraction``;
-    A < 0: ``clip/dual_fraction``, beyond the dual clip) or below it (A < 0: ``clip/low_fraction``). Counts of
-    0/1 values: exact whichever way they are summed (float32 up to 2**24 tokens)."""
-    r, valid = t.ratio, t.valid
-    above, below = indicator(torch.gt, r, r_clip), indicator(torch.lt, r, r_clip)
-    adv = t.advantage_per_response
-    if adv is not None:  # per response: each row's tokens above and below (0/1 products), weighed by the row's sign
-        above, below = above.mul_(valid).sum(-1), below.mul_(valid).sum(-1)
-    else:  # per token: the valid tokens' indicators, weighed by each token's sign
-        adv = t.advantage_rows.reshape(-1)
-        above, below = above.mul_(valid).view(-1), below.mul_(valid).view(-1)
-    pos, neg = indicator(torch.gt, adv, 0.0), indicator(torch.lt, adv, 0.0)
-    counts = {"clip/high_fraction": torch.dot(pos, above), "clip/low_fraction": torch.dot(neg, below)}
-    if dual:
-        counts["clip/dual_fraction"] = torch.dot(neg, above)
-    return counts
