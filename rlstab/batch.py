@@ -123,10 +123,11 @@ class TokenBatch:
     synchronisation; a bool mask costs none).
 
     The values of the fields a loss reads are judged by the loss and by ``gather``, on valid tokens only
-    (padding may hold anything), with no host synchronisation of their own (``rlstab.non_finite``): a NaN or
-    an infinity raises ``FloatingPointError``; a log-prob above 0 or an entropy below 0 by more than rounding
-    (``ROUNDING``, 0.5) raises ``BatchError`` naming the field, the worst value, its index and the likely
-    mistake (logits or probabilities passed as log-probs, log-probs passed as entropy).
+    (padding may hold anything), with no host synchronisation of their own
+    (``rlstab.compiler.offending_inputs``): a NaN or an infinity raises ``FloatingPointError``; a log-prob
+    above 0 or an entropy below 0 by more than rounding (``ROUNDING``, 0.5) raises ``BatchError`` naming the
+    field, the worst value, its index and the likely mistake (logits or probabilities passed as log-probs,
+    log-probs passed as entropy).
     """
 
     logprobs: torch.Tensor

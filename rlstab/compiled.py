@@ -18,10 +18,11 @@ per step on every path, and a call or gather that raises leaves their state as i
 The compiler, by phase (``rlstab.compiler``): the objective's [`Plan`][rlstab.compiler.plan.Plan]
 (labels, readers, stateful components; no torch), the inputs' checks and tokens (``inputs``), the
 step phase (``step_phase``, ``advantages``, ``states``: the one loop of the stateful components'
-step), and the loss phase (``loss_phase``: the loss; ``loss_metrics``: the metrics and how each
-combines over micro-batches; ``loss_output``: the inputs' values checked on the metrics' read).
-This module holds them together and handles offending inputs (not finite, or beyond their field's limits:
-``rlstab.non_finite``): zeroed on padding (or raised on a valid token) and the step redone.
+step; ``keeps``: which tokens the masks keep), and the loss phase (``loss_phase``: the loss;
+``loss_metrics``: the metrics and how each combines over micro-batches; ``loss_output``: the inputs'
+values checked on the metrics' read). This module holds them together. Offending inputs (not finite, or
+beyond their field's limits) are the business of ``rlstab.compiler.offending_inputs``: zeroed on padding
+(or raised on a valid token) and the step redone, on one call path.
 """
 
 from __future__ import annotations
@@ -32,22 +33,23 @@ from typing import TYPE_CHECKING
 from rlstab.batch import BatchError, LossOutput, TokenBatch
 from rlstab.comm import Comm
 from rlstab.compiler.advantages import set_micro_batch_advantages
-from rlstab.compiler.inputs import Inputs, kept, mask_keeps, shadow_keeps
+from rlstab.compiler.inputs import Inputs
+from rlstab.compiler.keeps import kept, mask_keeps, shadow_keeps
 from rlstab.compiler.loss_metrics import loss_metrics
 from rlstab.compiler.loss_output import Deferred, loss_output
 from rlstab.compiler.loss_phase import LossPhase
+from rlstab.compiler.offending_inputs import (
+    retried_without_bad_padding,
+    without_bad_padding,
+    without_bad_padding_on_every_rank,
+    zeroed_up_front,
+)
 from rlstab.compiler.plan import Plan
 from rlstab.compiler.states import ComponentStates, Pending
 from rlstab.compiler.step_phase import StepPhase
 from rlstab.compiler.step_stats import StepStats
 from rlstab.deferred import deferring
 from rlstab.lazy import torch
-from rlstab.non_finite import (
-    with_padding_zeroed,
-    without_bad_padding,
-    without_bad_padding_on_every_rank,
-    zero_bad_padding,
-)
 from rlstab.tokens import Tokens
 
 if TYPE_CHECKING:  # Objective.compile finds this module by name: no import back at run time
@@ -163,10 +165,15 @@ class CompiledObjective:
                 "gather([]) under torch.distributed: this rank would skip the collectives the other ranks enter "
                 "(a hang). Pass one empty micro-batch instead (TokenBatch with B = 0 tensors)"
             )
-        gathered = self._step_phase.gather([self._tokens(b) for b in batches], comm, update_state, check=True)
-        if gathered.offending:  # some rank has an offending input: every rank zeroes its padding (or raises) and redoes the step
-            cleaned = without_bad_padding_on_every_rank(batches, self._inputs.checked_fields, comm)
-            gathered = self._step_phase.gather([self._tokens(b) for b in cleaned], comm, update_state)
+
+        def gather_step(micro_batches: list[TokenBatch]):
+            return self._step_phase.gather([self._tokens(b) for b in micro_batches], comm, update_state, check=True)
+
+        def cleaned(micro_batches: list[TokenBatch]) -> list[TokenBatch]:
+            return without_bad_padding_on_every_rank(micro_batches, self._inputs.checked_fields, comm)
+
+        # Some rank has an offending input: every rank zeroes its padding (or raises) and redoes the step.
+        gathered = retried_without_bad_padding(gather_step, batches, cleaned)
         self._states.commit(gathered.pending)
         return gathered.stats
 
@@ -209,14 +216,21 @@ class CompiledObjective:
         defer = self._defers(batch)
         if step is not None:
             self._check_step(step)
-            if defer and isinstance(batch, TokenBatch):
-                return self._call_deferred(batch, step)
         with deferring(defer) as requirements:
-            deferred = (requirements, None) if defer else None  # None: inputs checked by the own step's gather
-            out, pending = self._call(batch, step, deferred)
-            if not isinstance(out, LossOutput):  # offending inputs: zero those on padding (or raise) and redo the step
-                out, pending = self._call(without_bad_padding(batch, out), step, deferred)
-                assert isinstance(out, LossOutput), "offending inputs remained after zeroing the padding"
+            deferred = (requirements, None) if defer else None  # own step: checked by its gather; None: at the read
+            if defer and step is not None and isinstance(batch, TokenBatch):
+                # A frozen step on the device reads nothing on the host, so it cannot redo itself: the padding
+                # zeroed up front (a NaN there changes nothing, as on the other paths), the check of the valid
+                # tokens' values left to the metrics' read.
+                batch, first_offence = zeroed_up_front(batch, self._inputs.checked_fields(batch))
+                deferred = (requirements, first_offence)
+            # An offending input (padding included) raises OffendingInputs at the read or in the own step's
+            # gather: the padding's offending values zeroed (or the first on a valid token raised), and once more.
+            out, pending = retried_without_bad_padding(
+                lambda b: self._call(b, step, deferred),
+                batch,
+                lambda b: without_bad_padding(b, self._inputs.checked_fields(b)),
+            )
         self._states.commit(pending)
         return out
 
@@ -262,19 +276,6 @@ class CompiledObjective:
             return self.defer_checks
         return isinstance(batch, TokenBatch) and batch.logprobs.device.type != "cpu"
 
-    def _call_deferred(self, batch: TokenBatch, step: StepStats) -> LossOutput:
-        """A frozen-step call without a host synchronisation: padding zeroed up front (so a NaN there changes
-        nothing, as on the checked path), every check left to the metrics' read."""
-        checked = self._inputs.checked_fields(batch)
-
-        def first_offence() -> Exception:  # called at the read, only when a valid token's value offends
-            _, offences = zero_bad_padding(batch, checked)
-            return offences[0].error
-
-        with deferring() as requirements:
-            out, _ = self._call(with_padding_zeroed(batch, checked), step, (requirements, first_offence))
-        return out
-
     def _check_step(self, step: StepStats) -> None:
         if not isinstance(step, StepStats):
             raise BatchError(f"step must be the StepStats that gather returned, got {type(step).__name__}")
@@ -285,19 +286,14 @@ class CompiledObjective:
                 "with the objective whose loss you compute"
             )
 
-    def _call(
-        self, batch: TokenBatch, step: StepStats | None, deferred: Deferred | None = None
-    ) -> tuple[LossOutput | list[str], Pending]:
-        """The loss (the checked fields instead when an input is not finite) and the state updates to commit."""
+    def _call(self, batch: TokenBatch, step: StepStats | None, deferred: Deferred | None) -> tuple[LossOutput, Pending]:
+        """The loss and the state updates to commit; ``OffendingInputs`` when a checked input offends (and the
+        check is not ``deferred`` with its error: see ``loss_output``)."""
         pending = {}
         if step is None:  # its own step: the gather's keeps are this micro-batch's
             t = self._tokens(batch)
             own_check = deferred is not None  # the inputs' check rides on the step counts' transfer
-            step, ((keeps, kept_tokens),), pending, offending = self._step_phase.gather(
-                [t], Comm(distributed=False), check=own_check
-            )
-            if offending:
-                return self._inputs.checked_fields(batch), pending
+            step, ((keeps, kept_tokens),), pending = self._step_phase.gather([t], Comm(distributed=False), check=own_check)
         else:
             t = self._micro_batch_tokens(batch, step)
             keeps = mask_keeps(self.objective, t, step.thresholds)

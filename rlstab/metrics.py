@@ -35,6 +35,12 @@ from rlstab.lazy import torch
 Combines = Literal["sum", "step", "token_mean"]
 """How a metric combines over the micro-batches of one optimizer step (see the module's docstring)."""
 
+STEP_COUNTS = ("step/tokens_valid", "step/tokens_kept", "step/branch_tokens_valid", "step/branch_responses")
+"""The step's denominators, reported by every loss (the branch stream's with ``dual_stream``): ``"step"``
+metrics, the same in each micro-batch of an optimizer step, and each a count of that step, so that over
+several optimizer steps (a trainer's updates of one rollout batch) they add up where other ``"step"``
+values do not (``rlstab.trainer.loop.combine_updates``)."""
+
 
 class Element(NamedTuple):
     """One metric held as entry ``index`` of ``values``, a 1-d device tensor of several metrics that one

@@ -406,7 +406,7 @@ def test_a_deferred_frozen_step_judges_the_values_without_a_host_read():
 
 def test_gather_raises_on_every_rank_for_a_log_prob_above_zero_on_another():
     from rlstab.comm import Comm
-    from rlstab.non_finite import without_bad_padding_on_every_rank
+    from rlstab.compiler.offending_inputs import without_bad_padding_on_every_rank
 
     class Rank(Comm):
         """One process standing for a rank of two: its sum adds what the other rank sent."""

@@ -175,3 +175,15 @@ def test_ratios_over_one_denominator_are_divided_at_once_to_the_same_floats():
     read = dict(Metrics(out.finish().names, out.values, kinds=out.kinds))
     assert [read[f"r{i}"] for i in range(len(numerators))] == [(x / denominator).item() for x in numerators]
     assert read["n"] == 3.0
+
+
+def test_step_counts_have_a_public_home_and_are_what_the_loss_reports_as_the_step():
+    # rlstab.metrics.STEP_COUNTS: the step's denominators, "step" metrics a trainer adds up over its updates
+    # (rlstab.trainer.loop.combine_updates imports them from here, not from a compiler module).
+    from rlstab.metrics import STEP_COUNTS
+
+    out = grpo(defer=False)(batch())
+    assert STEP_COUNTS[:2] == ("step/tokens_valid", "step/tokens_kept")
+    # rows of 3, 2, 3 and 1 valid tokens: 9; GRPO has no mask, so every valid token is kept
+    assert [out.metrics[name] for name in STEP_COUNTS[:2]] == [9.0, 9.0]
+    assert [out.metrics.combines(name) for name in STEP_COUNTS[:2]] == ["step", "step"]

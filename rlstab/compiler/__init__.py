@@ -1,7 +1,9 @@
 """The compiler, by phase: how an objective becomes its loss (``rlstab.compiled.CompiledObjective`` holds them).
 
 - ``plan``: what the loss reads, labels and keeps state for, read from the objective (no torch).
-- ``inputs``: the batch's checks and its tokens; ``advantages``: the estimator's fit and its use.
+- ``inputs``: the batch's checks and its tokens; ``keeps``: which tokens the masks keep;
+  ``offending_inputs``: values that cannot be right (not finite, beyond their field's limits), zeroed
+  on padding and raised on valid tokens; ``advantages``: the estimator's fit and its use.
 - the step phase: ``step_phase`` (``gather``'s statistics), ``counted`` (a counted mask's order
   statistic: ``random_silence``), ``states`` (the stateful components'
   step, one loop for ``gather`` and ``begin_training_batch``), ``step_stats`` (the frozen result).

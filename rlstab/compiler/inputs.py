@@ -3,7 +3,8 @@
 Every phase starts here: ``tokens(batch)`` checks that the batch carries every field a component
 reads, and turns it into ``Tokens`` whose valid tokens are the response
 tokens left after rollout rejection (masks with ``acts_on_valid``: their rejected tokens become
-padding, and leave every population and denominator).
+padding, and leave every population and denominator; evaluated in ``keeps``). ``checked_fields``
+names the fields whose values must be sound on valid tokens (what ``offending_inputs`` checks).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from rlstab.advantages import Given
 from rlstab.batch import BatchError, TokenBatch
-from rlstab.lazy import torch
+from rlstab.compiler.keeps import without_rejected
 from rlstab.tokens import Tokens
 
 if TYPE_CHECKING:
@@ -37,9 +38,7 @@ class Inputs:
         """The batch's tokens, after the checks; rejected tokens are padding."""
         self.check(batch)
         t = Tokens.from_batch(batch, self.objective.log_ratio_clamp)
-        if self.rejections:
-            t.valid = kept(t, [m.keep(t, None) for m in self.rejections])
-            t.valid_bool = t.valid > 0
+        without_rejected(t, self.rejections)
         return t
 
     def check(self, batch: TokenBatch) -> None:
@@ -100,17 +99,6 @@ class Inputs:
         )
 
 
-def kept(t: Tokens, keeps: list[torch.Tensor]) -> torch.Tensor:
-    """``[B, T]`` float: 1.0 on the valid tokens that every one of ``keeps`` keeps (``t.valid`` itself without
-    masks: never modify it in place)."""
-    if not keeps:
-        return t.valid
-    out = t.valid * keeps[0]
-    for k in keeps[1:]:
-        out.mul_(k)
-    return out
-
-
 def _caller_level() -> int:
     """The ``stacklevel`` of the first frame outside rlstab, as seen from a function that calls ``warnings.warn``."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -118,13 +106,3 @@ def _caller_level() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1
     return level
-
-
-def mask_keeps(objective: Objective, t: Tokens, thresholds) -> list[torch.Tensor]:
-    """``[B, T]`` 0/1 per mask: the tokens it keeps, with its step threshold (``StepStats.thresholds``)."""
-    return [m.keep(t, thr) for m, thr in zip(objective.masks, thresholds[:len(objective.masks)])]
-
-
-def shadow_keeps(objective: Objective, t: Tokens, thresholds) -> list[torch.Tensor]:
-    """``[B, T]`` 0/1 per shadow mask: the tokens it would keep (it does not act), with its step threshold."""
-    return [m.keep(t, thr) for m, thr in zip(objective.shadow_masks, thresholds[len(objective.masks):])]

@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlstab.batch import TokenBatch
-from rlstab.compiler.inputs import shadow_keeps
+from rlstab.compiler.keeps import shadow_keeps
 from rlstab.lazy import torch
-from rlstab.metrics import Combines, Element
+from rlstab.metrics import STEP_COUNTS, Combines, Element
 from rlstab.tokens import Tokens
 
 if TYPE_CHECKING:
@@ -33,11 +33,6 @@ if TYPE_CHECKING:
     from rlstab.compiler.plan import Plan
     from rlstab.compiler.step_stats import StepStats
     from rlstab.objective import Objective
-
-
-STEP_COUNTS = ("step/tokens_valid", "step/tokens_kept", "step/branch_tokens_valid", "step/branch_responses")
-"""The step's denominators (step): the same in each micro-batch of an optimizer step, and a count of it, so
-that over several optimizer steps (a trainer's updates of one rollout batch) they add up."""
 
 
 class Reported:

@@ -11,7 +11,9 @@ mask's order statistic after the mask it matches, see ``counted``), and the deno
 
 summed over micro-batches and ranks in one reduction that also carries the inputs' check (how
 many checked fields hold a value that is not finite or beyond its field's limits) and the deferred checks:
-one host read per gather.
+one host read per gather. With ``check``, an offending input anywhere (padding included) raises
+``OffendingInputs`` on every rank, once the read is made (``offending_inputs``: the caller cleans and redoes the
+step).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from rlstab.aggregation import StepCounts
 from rlstab.comm import Comm
 from rlstab.compiler.advantages import fit_step_advantages
 from rlstab.compiler.counted import counted_threshold
-from rlstab.compiler.inputs import Inputs, kept, mask_keeps
+from rlstab.compiler.inputs import Inputs
+from rlstab.compiler.keeps import kept, mask_keeps
+from rlstab.compiler.offending_inputs import OffendingInputs, offending_flag
 from rlstab.compiler.states import ComponentStates, Pending
 from rlstab.compiler.step_stats import StepStats
 from rlstab.deferred import AllFinite, deferring
 from rlstab.lazy import torch
-from rlstab.non_finite import offending_flag
 from rlstab.quantile import Population
 from rlstab.step import fit_step_level
 from rlstab.tokens import Tokens
@@ -44,9 +47,6 @@ class Gathered(NamedTuple):
     """Each micro-batch's per-mask keeps and kept tokens (reused by a micro-batch that is its own step)."""
     pending: Pending
     """The components' state updates, to commit once the step succeeded."""
-    offending: bool
-    """(with ``check``) whether a checked input of some micro-batch on some rank holds a value that is not finite
-    or beyond its field's limits (``rlstab.non_finite``; padding included, which the caller then zeroes)."""
 
 
 class StepPhase:
@@ -59,7 +59,11 @@ class StepPhase:
         self.fingerprint = fingerprint
 
     def gather(self, tokens: list[Tokens], comm: Comm, update_state: bool = True, check: bool = False) -> Gathered:
-        """The step's statistics from its micro-batches' ``tokens`` on this rank (collectively over ``comm``)."""
+        """The step's statistics from its micro-batches' ``tokens`` on this rank (collectively over ``comm``).
+
+        ``check``: raise ``OffendingInputs`` on every rank when a checked input of some micro-batch on some rank
+        holds a value that is not finite or beyond its field's limits (padding included: the caller cleans the
+        batches and gathers again)."""
         obj = self.objective
         with deferring() as requirements:  # checks (a group id the step lacks) ride on the counts' transfer
             step_level = fit_step_level(obj, tokens, comm)  # first: dropped groups become padding
@@ -76,6 +80,8 @@ class StepPhase:
             if not holds:
                 raise error()
         del totals[len(totals) - len(requirements):]
+        if totals[4] > 0:  # the offending inputs' count, 0 without ``check``
+            raise OffendingInputs
         max_length = int(totals.pop()) if comm.distributed else max((t.valid.shape[-1] for t in tokens), default=0)
         counts = StepCounts(*totals[:4], max_length=max_length, world_size=comm.world_size)
         branch_counts = None
@@ -85,7 +91,7 @@ class StepPhase:
             counts, tuple(thresholds), advantage_state, tuple(values.values()), step_level, self.fingerprint,
             obj.name or "custom", branch_counts,
         )
-        return Gathered(stats, masked, pending, totals[4] > 0)
+        return Gathered(stats, masked, pending)
 
     def _thresholds(self, tokens: list[Tokens], comm: Comm) -> list:
         """Each mask's, then each shadow mask's, step threshold(s) over every micro-batch and rank: a 0-d tensor,

@@ -30,9 +30,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rlstab.batch import TokenBatch
-from rlstab.compiler.loss_metrics import STEP_COUNTS
 from rlstab.lazy import torch
-from rlstab.metrics import Combines, combine
+from rlstab.metrics import STEP_COUNTS, Combines, combine
 from rlstab.regularisers import EntropyBonus
 from rlstab.step.ess import effective_sample_size
 from rlstab.trainer.branching import concat, sample_branches

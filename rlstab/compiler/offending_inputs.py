@@ -1,4 +1,5 @@
-"""Inputs that cannot be right: a NaN or infinity, a log-prob above 0 or an entropy below 0 (beyond rounding).
+"""Offending inputs: a NaN or infinity, a log-prob above 0 or an entropy below 0 (beyond rounding), found,
+zeroed on padding, and raised on a valid token. The compiler's one place for them.
 
 Trainers pad with anything (NaN included), so the loss must not care what padding holds; such a
 value on a token the loss trains on is a bug upstream, reported with the field, the count and the
@@ -10,18 +11,21 @@ one response token.
 
 Checking costs nothing on the usual path: the compiled loss compares the extremes of each field
 (``aminmax``: min and max are finite iff every value is, NaN propagating; the max of log-probs and
-the min of the entropy are within their limits iff every value is) within the metrics' transfer, and
-``gather`` within the counts' reduction; only a batch that fails is cleaned here (its padding's
-offending values zeroed) and its step recomputed. A call that reads nothing on the host (a frozen
-step on a GPU) cannot redo itself: it zeroes every padding value up front instead
-(``with_padding_zeroed``), and what is left offending is on valid tokens, raised when its metrics
-are read.
+the min of the entropy are within their limits iff every value is) within the metrics' transfer
+(``value_check``), and ``gather`` within the counts' reduction (``offending_flag``). Either raises
+``OffendingInputs`` when a value offends anywhere, padding included; ``retried_without_bad_padding``
+catches it, cleans the batch (``without_bad_padding``: the padding's offending values zeroed, the
+first offence on a valid token raised; ``without_bad_padding_on_every_rank`` for a step) and runs
+the step once more. ``OffendingInputs`` never leaves the compiler. A call that reads nothing on the
+host (a frozen step on a GPU) cannot redo itself: it zeroes every padding value up front instead
+(``zeroed_up_front``), and what is left offending is on valid tokens, raised when its metrics are
+read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from rlstab.batch import (
     LIKELY_MISTAKES,
@@ -35,12 +39,40 @@ from rlstab.batch import (
     TokenBatch,
 )
 from rlstab.comm import Comm
-from rlstab.deferred import AllFinite
+from rlstab.deferred import AllFinite, Requirement
 from rlstab.lazy import torch
 
 # Every field that can be checked, in a fixed order (a reduction over ranks needs one).
 _FIELDS = TOKEN_FIELDS + ("advantages", "is_weights") + SEQUENCE_FIELDS + SEQUENCE_MATRIX_FIELDS
 _NON_FINITE, _BEYOND_LIMITS = 0, 1  # the two kinds of offence, each counted per field over ranks
+
+Batches = TypeVar("Batches")  # a TokenBatch, or a step's list of them
+Result = TypeVar("Result")
+
+
+class OffendingInputs(Exception):
+    """A checked input holds a value that is not finite or beyond its field's limits, somewhere (padding
+    perhaps): raised by a loss's read or a step's gather, caught by ``retried_without_bad_padding``, which
+    cleans the batch and runs again. Internal to the compiler: it never reaches a caller of the loss."""
+
+
+def retried_without_bad_padding(
+    run: Callable[[Batches], Result], inputs: Batches, clean: Callable[[Batches], Batches]
+) -> Result:
+    """``run(inputs)``; when it raises ``OffendingInputs``, ``run(clean(inputs))`` once.
+
+    ``clean`` zeroes the padding's offending values and raises the first offence on a valid token
+    (``without_bad_padding``, or ``without_bad_padding_on_every_rank`` for a step's micro-batches), so
+    the second run finds nothing: an ``OffendingInputs`` from it is a bug (``AssertionError``).
+    """
+    try:
+        return run(inputs)
+    except OffendingInputs:
+        pass  # cleaned outside the handler: an error of ``clean`` does not chain onto this one
+    try:
+        return run(clean(inputs))
+    except OffendingInputs:
+        raise AssertionError("offending inputs remained after zeroing the padding") from None
 
 
 class Offence(NamedTuple):
@@ -68,6 +100,13 @@ def within_limits(batch: TokenBatch, fields: list[str]) -> AllFinite | None:
         return None
     limits = tuple(VALUE_LIMITS.get(f, AllFinite.NO_LIMITS) for f in fields if getattr(batch, f).numel() for _ in (0, 1))
     return AllFinite(tuple(values), limits)
+
+
+def value_check(batch: TokenBatch, fields: list[str], error: Callable[[], Exception]) -> list[Requirement]:
+    """The requirement that every value of ``fields`` is sound (``within_limits``), failing with ``error()``, to
+    ride on the metrics' read: ``[]`` without a value to check."""
+    sound = within_limits(batch, fields)
+    return [] if sound is None else [(sound, error)]
 
 
 def offending_flag(batch: TokenBatch, fields: list[str]) -> torch.Tensor:
@@ -157,7 +196,7 @@ def _beyond(name: str) -> str:
 def with_padding_zeroed(batch: TokenBatch, fields: list[str]) -> TokenBatch:
     """``batch`` with every floating value of ``fields`` on padding set to 0, reading nothing on the host.
 
-    Where [`zero_bad_padding`][rlstab.non_finite.zero_bad_padding] looks for the offending values
+    Where ``zero_bad_padding`` looks for the offending values
     first (host reads), this writes a ``where`` per field unconditionally: a NaN (or a log-prob above 0)
     on padding can then change nothing, and what is left offending is on valid tokens (the deferred
     check's business). Gradients flow through to the original tensors (0 on padding).
@@ -173,6 +212,18 @@ def with_padding_zeroed(batch: TokenBatch, fields: list[str]) -> TokenBatch:
                 valid[layout] = _valid_of(name, value, mask)
             zeroed[name] = torch.where(valid[layout], value, 0.0)  # the same shape, dtype and device
     return batch._replaced(**zeroed)
+
+
+def zeroed_up_front(batch: TokenBatch, fields: list[str]) -> tuple[TokenBatch, Callable[[], Exception]]:
+    """For a call that reads nothing on the host: ``batch`` with every value of ``fields`` on padding zeroed
+    (``with_padding_zeroed``), and the error of the first offence on a valid token, to call at the metrics'
+    read only when one offends (it reads the original ``batch``, then, on the host)."""
+
+    def first_offence() -> Exception:
+        _, offences = zero_bad_padding(batch, fields)
+        return offences[0].error
+
+    return with_padding_zeroed(batch, fields), first_offence
 
 
 def _valid_of(name: str, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
