@@ -44,7 +44,7 @@ def short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def counted(n: int, noun: str) -> str:
+def count_phrase(n: int, noun: str) -> str:
     """``1 seed``, ``5 seeds``: a count and its noun, plural unless it is one."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
 

@@ -6,7 +6,7 @@ import pytest
 
 import rlstab
 from rlstab import ConfigError
-from rlstab.errors import MAX_LINE, MAX_SHOWN, one_line
+from rlstab.errors import MAX_LINE, MAX_SHOWN, count_phrase, one_line
 from rlstab.loading.wording import yaml11_hint
 
 
@@ -100,3 +100,7 @@ def test_a_field_given_a_yaml11_form_says_why():
         "<yaml text>: surrogate.dual_clip = '1:20': Input should be a valid number"
         " ('1:20' is text in YAML 1.2, not a YAML 1.1 base-60 number)"
     )
+
+
+def test_a_count_phrase_is_plural_unless_the_count_is_one():
+    assert [count_phrase(1, "seed"), count_phrase(2, "seed"), count_phrase(0, "RL step")] == ["1 seed", "2 seeds", "0 RL steps"]

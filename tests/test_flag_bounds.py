@@ -15,7 +15,7 @@ import pytest
 
 import rlstab.trainer.models as models
 from rlstab.cli import build_parser, main
-from rlstab.errors import ConfigError, counted
+from rlstab.errors import ConfigError, count_phrase
 from rlstab.lab import LabError, load_regime, plan
 from rlstab.lab.compare import MAX_RUNS, InputErrors
 from rlstab.number_flags import check_numbers
@@ -212,7 +212,7 @@ def test_the_help_shows_percent_signs_once(command):
 
 
 def test_counts_are_pluralised(tmp_path, monkeypatch, capsys):
-    assert [counted(1, "seed"), counted(2, "seed"), counted(0, "run")] == ["1 seed", "2 seeds", "0 runs"]
+    assert [count_phrase(1, "seed"), count_phrase(2, "seed"), count_phrase(0, "run")] == ["1 seed", "2 seeds", "0 runs"]
     monkeypatch.setattr(lab_compare, "compare", lambda *a, **k: {"runs": [{}], "settings": {"pairs": {}}})
     assert main(["compare", "--objective", "grpo", "--seeds", "1", "--out", "o"]) == 0
     assert capsys.readouterr().out.startswith("1 run; wrote o/results.json")

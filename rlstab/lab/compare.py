@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import rlstab
-from rlstab.errors import ConfigError, counted, one_line
+from rlstab.errors import ConfigError, count_phrase, one_line
 from rlstab.lab.checkpoint import SUMMARY_FILE, read_rows, unreadable, write_json
 from rlstab.lab.paired import METRICS, PAIRED_METRICS, PairError, pairs
 from rlstab.lab.protocol import Protocol, ProtocolMismatch, check_arms, merged
@@ -30,7 +30,7 @@ from rlstab.loading import load
 RESULTS_FILE = "results.json"
 STEPS_FILE = "steps.json"
 MODELS = ("tiny", "smollm2")
-__all__ = ["MAX_RUNS", "METRICS", "PAIRED_METRICS", "InputErrors", "LabError", "Plan", "check_inputs", "collect", "compare", "plan"]
+__all__ = ["MAX_RUNS", "METRICS", "PAIRED_METRICS", "GridPlan", "InputErrors", "LabError", "check_inputs", "collect", "compare", "plan"]
 
 
 MAX_RUNS = 10_000
@@ -51,7 +51,7 @@ class InputErrors(LabError):
 
 
 @dataclass
-class Plan:
+class GridPlan:
     """The grid: one RunSpec per (regime, objective, seed), with its folder."""
 
     out: Path
@@ -71,7 +71,7 @@ def plan(
     objectives: Sequence[str], *, out: Path | str, baseline: str | None = None, seeds: int | Sequence[int] = 5,
     steps: int = 100, regimes: Sequence[str | Regime] = ("default",), task: str = "add2", model: str = "tiny",
     pair: Sequence[str] = (), log: Callable[[str], None] | None = None, protocol: Protocol | None = None,
-) -> Plan:
+) -> GridPlan:
     """Check every input and existing folder before anything runs.
 
     Raises the ConfigError or LabError of a bad input, or :class:`InputErrors` with every one when there
@@ -89,14 +89,14 @@ def plan(
     seed_list = _seed_list(seeds, problems)
     runs = len(objectives) * len(regimes) * len(seed_list)
     if runs > MAX_RUNS:
-        problems.append(LabError(f"{counted(len(objectives), 'objective')} x {counted(len(regimes), 'regime')} x "
+        problems.append(LabError(f"{count_phrase(len(objectives), 'objective')} x {count_phrase(len(regimes), 'regime')} x "
                                  f"{len(seed_list):,} seeds = {runs:,} runs: at most {MAX_RUNS:,} in one grid; "
                                  "split it over several --out folders"))
     baseline, pair = merged(protocol, baseline, list(pair))
     loaded, labels, pairing, regime_list = _inputs(objectives, baseline, pair, regimes, task, model, problems, protocol)
     if problems:
         raise problems[0] if len(problems) == 1 else InputErrors(problems)
-    p = Plan(Path(out), labels, list(objectives), baseline if baseline is not None else labels[0], regime_list, seed_list,
+    p = GridPlan(Path(out), labels, list(objectives), baseline if baseline is not None else labels[0], regime_list, seed_list,
              pairs=pairing, protocol=protocol)
     if log is not None and runs >= 1000:
         log(f"[compare] planning {runs:,} runs: checking their folders under {p.out}")
@@ -325,7 +325,7 @@ def _keep(folder: Path, outcome: dict) -> None:
         write_json(folder / SUMMARY_FILE, outcome["summary"])
 
 
-def steps_of(p: Plan, data: dict, rows: dict[Path, list[dict]] | None = None) -> dict:
+def steps_of(p: GridPlan, data: dict, rows: dict[Path, list[dict]] | None = None) -> dict:
     """``steps.json``: every run's per-step metrics rows (``rows`` by run folder, read when not given), so that a
     published grid keeps its curves."""
     def of(r: dict) -> list[dict]:
@@ -335,7 +335,7 @@ def steps_of(p: Plan, data: dict, rows: dict[Path, list[dict]] | None = None) ->
     return {"runs": [{k: r[k] for k in ("regime", "objective", "seed", "folder")} | {"rows": of(r)} for r in data["runs"]]}
 
 
-def collect(p: Plan, results: dict[Path, dict], command: str | None, rows: dict[Path, list[dict]] | None = None) -> dict:
+def collect(p: GridPlan, results: dict[Path, dict], command: str | None, rows: dict[Path, list[dict]] | None = None) -> dict:
     """``results.json``: the settings, every run's summary, the aggregates and the paired differences (Holm over
     their family), the no-op seeds, and the protocol's gates and trend test (``rlstab.lab.analysis``).
 
@@ -370,7 +370,7 @@ def collect(p: Plan, results: dict[Path, dict], command: str | None, rows: dict[
     }
 
 
-def _first_specs(p: Plan) -> list[RunSpec]:
+def _first_specs(p: GridPlan) -> list[RunSpec]:
     seen: dict[str, RunSpec] = {}
     for spec, _ in p.jobs:
         seen.setdefault(spec.label, spec)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlstab.errors import counted
+from rlstab.errors import count_phrase
 from rlstab.lab.axes import integer_steps
 from rlstab.lab.checkpoint import read_rows
 from rlstab.lab.paired import pairing_of
@@ -77,7 +77,7 @@ def write_differences(out: Path, data: dict, path: Path) -> Path | None:
         axes[-1, col].set_xlabel("RL step")
     axes[0, 0].legend(fontsize=8, loc="best")
     n = len(data["settings"]["seeds"])
-    fig.suptitle(f"rlstab compare: objective minus its baseline, paired by seed ({counted(n, 'seed')})\n"
+    fig.suptitle(f"rlstab compare: objective minus its baseline, paired by seed ({count_phrase(n, 'seed')})\n"
                  "thin: each seed; thick: mean, band = 95% paired t interval", fontsize=10.5)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from rlstab.errors import counted
+from rlstab.errors import count_phrase
 from rlstab.lab.axes import integer_steps, percent_axis
 from rlstab.lab.checkpoint import read_rows
 from rlstab.lab.no_ops import ROWS
@@ -96,8 +96,8 @@ def markdown(data: dict) -> str:
         "# rlstab compare report",
         "",
         f"- command: `{data['command'] or '(from Python)'}`",
-        f"- {counted(len(s['objectives']), 'objective')} x {counted(n, 'seed')} ({', '.join(map(str, s['seeds']))}) x "
-        f"{counted(len(s['regimes']), 'regime')}, {counted(s['steps'], 'RL step')} each, model {s['model']}; baseline {s['baseline']}"
+        f"- {count_phrase(len(s['objectives']), 'objective')} x {count_phrase(n, 'seed')} ({', '.join(map(str, s['seeds']))}) x "
+        f"{count_phrase(len(s['regimes']), 'regime')}, {count_phrase(s['steps'], 'RL step')} each, model {s['model']}; baseline {s['baseline']}"
         + ("; paired instead: " + ", ".join(f"{k} with {v}" for k, v in own.items()) if own else ""),
         "- software: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
         "- objectives: " + ", ".join(f"{k} ({v['source']}, {v['fingerprint'][:12]})" for k, v in s["objectives"].items()),
@@ -106,7 +106,7 @@ def markdown(data: dict) -> str:
         lines.append(f"- statistics: {data['restated']}")
     lines += [
         "",
-        f"Intervals are 95% Student-t intervals over the {counted(n, 'seed')} (the mean's, not the runs' spread). "
+        f"Intervals are 95% Student-t intervals over the {count_phrase(n, 'seed')} (the mean's, not the runs' spread). "
         "Paired differences pair each objective's run with its baseline's of the same seed. "
         f"p is the two-sided paired t-test's; Holm p is Holm's step-down adjustment over {_family_words(families, count)}; "
         f"a difference is called distinguishable only when its Holm p is below {ALPHA:g}. "
@@ -265,8 +265,8 @@ def _no_op_lines(data: dict, regime: str, pairing: dict, n: int) -> list[str]:
             continue
         left = n - len(seeds)
         what = ("it never differs from its baseline here, so these runs say nothing about its effect" if left == 0 else
-                f"its MDE counts only the {counted(left, 'seed')} where it differs")
-        lines.append(f"No-op seeds: {label}'s runs are {pairing.get(label, '–')}'s on {counted(len(seeds), 'seed')} "
+                f"its MDE counts only the {count_phrase(left, 'seed')} where it differs")
+        lines.append(f"No-op seeds: {label}'s runs are {pairing.get(label, '–')}'s on {count_phrase(len(seeds), 'seed')} "
                      f"({', '.join(map(str, seeds))}; {how}): effective n {left} of {n}; {what}.")
     return [""] + lines if lines else []
 
@@ -383,7 +383,7 @@ def write_curves(plan, data: dict, path: Path) -> Path:
     axes[0, 0].legend(fontsize=8, loc="best")
     n = len(data["settings"]["seeds"])
     # Two lines: one regime's column is too narrow for the whole title on one.
-    fig.suptitle(f"rlstab compare: mean over {counted(n, 'seed')}\nband = 95% t interval of the mean", fontsize=10.5)
+    fig.suptitle(f"rlstab compare: mean over {count_phrase(n, 'seed')}\nband = 95% t interval of the mean", fontsize=10.5)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -1,4 +1,4 @@
-"""Local workers leave with the process that started them (``rlstab.lab.backends.leave_with_parent``)."""
+"""``rlstab.lab.backends``: which executor runs the jobs, and local workers leave with the process that started them."""
 
 from __future__ import annotations
 
@@ -72,3 +72,37 @@ def test_the_watch_ends_an_orphan():
          "leave_with_parent(os.getppid() + 1_000_000); time.sleep(30); print('stayed')"],
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and done.stdout == "" and done.stderr == ""  # its own end, not an import error
+
+
+# The backends' main job: which executor runs the jobs, each job given to ``execute`` with the same options.
+
+JOBS = [("spec a", "folder a"), ("spec b", "folder b")]
+
+
+def test_one_worker_or_none_runs_the_jobs_here_in_order(monkeypatch):
+    calls = []
+
+    def execute(spec, folder, **options):
+        calls.append((spec, folder, options))
+        return spec.upper()
+
+    monkeypatch.setattr(backends, "execute", execute)
+    for workers in (0, 1):
+        assert backends.backend(workers, None) is backends.run_serially
+    assert list(backends.backend(1, None)(JOBS, steps=3)) == [(JOBS[0], "SPEC A"), (JOBS[1], "SPEC B")]
+    assert calls == [("spec a", "folder a", {"steps": 3}), ("spec b", "folder b", {"steps": 3})]
+
+
+def test_several_workers_go_to_processes_and_an_address_to_ray(monkeypatch):
+    monkeypatch.setattr(backends, "run_in_processes", lambda jobs, workers, **options: [("processes", workers, options)])
+    monkeypatch.setattr(backends, "run_on_ray", lambda jobs, address, **options: [("ray", address, options)])
+    assert backends.backend(4, None)(JOBS, steps=3) == [("processes", 4, {"steps": 3})]
+    assert backends.backend(4, "ray://head:10001")(JOBS, steps=3) == [("ray", "ray://head:10001", {"steps": 3})]
+    assert backends.backend(1, "auto")(JOBS) == [("ray", "auto", {})]  # an address wins over the worker count
+    assert backends.backend(1, "") is backends.run_serially  # an empty address is no address
+
+
+def test_ray_without_the_extra_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without Ray gives: ImportError
+    with pytest.raises(RuntimeError, match=r'^--ray-address needs Ray, which is not installed: pip install "rlstab\[ray\]"$'):
+        next(backends.run_on_ray(JOBS, "auto"))

@@ -220,3 +220,14 @@ def test_the_cli_prints_one_line_for_a_bad_input(tmp_path, cache):
     assert result.returncode == 2
     assert result.stderr == "policy_lag: not a regime name or a .yaml file (did you mean 'policy-lag'?)\n"
     assert not any(tmp_path.iterdir())
+
+
+def test_the_plan_of_a_grid_is_a_grid_plan(tmp_path):
+    """``plan`` returns a GridPlan: one (RunSpec, folder) per regime x objective x seed, nothing trained."""
+    from rlstab.lab.compare import GridPlan, plan
+
+    p = plan(["grpo", "stapo"], out=tmp_path, seeds=3, steps=2)
+    assert type(p) is GridPlan
+    assert (p.labels, p.baseline, p.seeds) == (["grpo", "stapo"], "grpo", [0, 1, 2])
+    assert len(p.jobs) == 6  # 1 regime x 2 objectives x 3 seeds
+    assert list(tmp_path.iterdir()) == []  # planning writes nothing

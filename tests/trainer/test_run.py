@@ -63,6 +63,7 @@ def test_a_finished_run_takes_no_more_steps(cache):
 
 def test_the_demo_and_the_lab_write_the_same_rows(tmp_path, cache, capsys):
     """The same objective, seed and settings: the demo's rows are the lab's, less ess_fraction and time."""
+    pytest.importorskip("matplotlib", reason="the demo draws curves.png: the demo extra")
     flags = ["--prompts-per-step", "4", "--group-size", "8", "--eval-size", "16", "--eval-every", "2",
              "--warmup-steps", "100", "--steps", "3", "--cache-dir", str(cache), "--quiet"]
     assert main(["demo", "--objective", "stapo", *flags, "--out", str(tmp_path / "demo")]) == 0
