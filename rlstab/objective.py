@@ -128,7 +128,8 @@ class Objective(BaseModel):
         nothing of the compiler: the compiler's module (``COMPILER``) is found by name when this is called,
         and importing ``rlstab.objective`` imports neither it nor torch. The one method of the objective
         that reaches the compiler, kept because ``rlstab.load(...).compile()`` is how the README and most
-        code call it."""
+        code call it. It is a real edge back (objective -> compiled -> objective): ``tests/test_import_cycles.py``
+        counts it and allows it alone, by name; a picture drawn from ``import`` statements only does not show it."""
         return importlib.import_module(COMPILER).CompiledObjective(self)
 
     def fingerprint(self) -> str:
