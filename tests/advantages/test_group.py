@@ -1,0 +1,55 @@
+"""rlstab.advantages.group: GRPO (and Dr.GRPO) and RLOO over the responses of each prompt, padding rows left out."""
+
+import math
+
+import pytest
+import torch
+
+from rlstab.advantages.group import GRPO, RLOO
+
+REWARDS = torch.tensor([1.0, 0.0, 0.0, 5.0])
+GROUPS = torch.tensor([0, 0, 0, 0])
+RESPONSES = torch.tensor([True, True, True, False])  # the last row is padding: its reward of 5 must not count
+
+
+def estimate(estimator, rewards=REWARDS, groups=GROUPS, responses=RESPONSES):
+    return estimator.apply(estimator.fit(rewards, groups, None, responses), rewards, groups, responses)
+
+
+def test_grpo_leaves_padding_rows_out_of_the_group():
+    # group of 3: mean 1/3; unbiased std sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3) = 0.57735
+    s = math.sqrt(1 / 3)
+    expected = torch.tensor([(2 / 3) / (s + 1e-6), (-1 / 3) / (s + 1e-6), (-1 / 3) / (s + 1e-6), 0.0])
+    assert torch.allclose(estimate(GRPO()), expected, atol=1e-6)
+
+
+def test_dr_grpo_centres_only():
+    assert torch.allclose(estimate(GRPO(normalize_std=False)), torch.tensor([2 / 3, -1 / 3, -1 / 3, 0.0]))
+
+
+def test_grpo_eps_is_added_to_the_std():
+    # group (1, 0): mean 0.5, unbiased std 0.70711; eps 0.5 -> A = 0.5 / 1.20711 = 0.41421
+    a = estimate(GRPO(eps=0.5), torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), None)
+    assert torch.allclose(a, torch.tensor([0.5, -0.5]) / (math.sqrt(0.5) + 0.5))
+
+
+def test_rloo_leaves_padding_rows_out_of_n():
+    # n = 3 (not 4): A = 3/2 (R - 1/3) = (1, -0.5, -0.5); the padding row 0
+    assert torch.allclose(estimate(RLOO()), torch.tensor([1.0, -0.5, -0.5, 0.0]))
+
+
+def test_rloo_is_the_leave_one_out_baseline():
+    # R = (4, 1, 1): leave-one-out means (1, 2.5, 2.5) -> A = (3, -1.5, -1.5)
+    a = estimate(RLOO(), torch.tensor([4.0, 1.0, 1.0]), torch.tensor([2, 2, 2]), None)
+    assert torch.allclose(a, torch.tensor([3.0, -1.5, -1.5]))
+
+
+def test_describe():
+    assert GRPO().describe() == "grpo: A_i = (R_i - mean_g R) / (std_g R + 1e-06), std unbiased, g = the prompt's group"
+    assert GRPO(normalize_std=False).describe() == "grpo (Dr.GRPO, no std): A_i = R_i - mean_g R, g = the prompt's group"
+    assert RLOO().describe() == "rloo: A_i = n/(n-1) (R_i - mean_g R), g = the prompt's group of n"
+
+
+def test_eps_is_bounded():
+    with pytest.raises(ValueError):
+        GRPO(eps=-1e-6)
