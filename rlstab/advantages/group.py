@@ -18,7 +18,8 @@ class GRPO(AdvantageEstimator):
 
     over the responses of the same prompt (group g) in the step. std is unbiased (N-1), as
     ``torch.std`` in veRL and TRL. A group of one response gets mean 0 and std 1, so A = R
-    (veRL's convention). Defaults ``normalize_std: true``, ``eps: 1e-6`` (veRL).
+    (veRL's convention). Defaults ``normalize_std: true``, ``eps: 1e-6`` (veRL). With ``eps: 0`` a group
+    whose rewards are all equal gets A = 0 (the value every eps > 0 gives it), not 0/0.
     Dr.GRPO drops the std because it up-weights groups that are nearly all right or all wrong.
     Padding rows (responses without a response token) are left out of the groups and get A = 0.
     """
@@ -37,7 +38,10 @@ class GRPO(AdvantageEstimator):
         centred = rewards.to(torch.float32) - mean
         if not self.normalize_std:
             return zero_padding_rows(centred, responses)
-        return zero_padding_rows(centred / (std + self.eps), responses)
+        scaled = centred / (std + self.eps)
+        if self.eps == 0:  # a group with equal rewards: 0/0; every eps > 0 gives it A = 0, so does eps = 0
+            scaled = torch.where(std > 0, scaled, torch.zeros_like(scaled))
+        return zero_padding_rows(scaled, responses)
 
     def describe(self) -> str:
         if self.normalize_std:

@@ -33,6 +33,13 @@ def test_grpo_eps_is_added_to_the_std():
     assert torch.allclose(a, torch.tensor([0.5, -0.5]) / (math.sqrt(0.5) + 0.5))
 
 
+def test_grpo_without_eps_gives_a_group_of_equal_rewards_zero_not_nan():
+    # groups (1, 1) and (1, 0): the first has std 0, so 0 / (0 + 0) would be NaN; A = 0 there, as at any eps > 0.
+    # The second: mean 0.5, unbiased std sqrt(0.5) -> A = +-0.5 / 0.70711 = +-0.70711
+    a = estimate(GRPO(eps=0.0), torch.tensor([1.0, 1.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1]), None)
+    assert torch.allclose(a, torch.tensor([0.0, 0.0, 0.5 / math.sqrt(0.5), -0.5 / math.sqrt(0.5)]))
+
+
 def test_rloo_leaves_padding_rows_out_of_n():
     # n = 3 (not 4): A = 3/2 (R - 1/3) = (1, -0.5, -0.5); the padding row 0
     assert torch.allclose(estimate(RLOO()), torch.tensor([1.0, -0.5, -0.5, 0.0]))
