@@ -1,0 +1,107 @@
+"""``rlstab.compiler.states``: the stateful components' states and the one loop that takes their step.
+
+A counter component: its state is ``{"n": steps so far}``, its step total the number of micro-batches
+(one per micro-batch), and ``begin_step`` gives ``(n + total, {"n": n + 1})``.
+"""
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+
+from rlstab.compiler.states import ComponentStates
+from rlstab.errors import StateError
+
+
+class Counter:
+    def initial_state(self):
+        return {"n": 0}
+
+    def step_totals(self, tokens, comm):
+        return len(tokens)
+
+    def begin_step(self, sums, state):
+        return state["n"] + sums, {"n": state["n"] + 1}
+
+    def validated_state(self, label, state):
+        if not isinstance(state.get("n"), int):
+            raise StateError(f"state[{label!r}].n = {state.get('n')!r}")
+        return dict(state)
+
+
+class Stateless:
+    def initial_state(self):
+        return None
+
+
+LABELS = ["reweighters[0] (counter)", "surrogate (plain)"]
+R, S = LABELS
+
+
+def states():
+    objective = SimpleNamespace(reweighters=[Counter()], surrogate=Stateless(), regularisers=[])
+    return ComponentStates(objective, LABELS)
+
+
+def test_components_take_their_labels_in_hook_order_and_need_one_each():
+    s = states()
+    assert list(s.components) == LABELS and s.states == {R: {"n": 0}, S: None}
+    with pytest.raises(ValueError):  # two labels for three components
+        ComponentStates(SimpleNamespace(reweighters=[Counter()], surrogate=Stateless(), regularisers=[Counter()]), LABELS)
+
+
+def test_a_step_moves_nothing_until_it_is_committed():
+    s = states()
+    values, pending = s.begin([R], ["mb1", "mb2"], None)
+    # n = 0, two micro-batches: value 0 + 2 = 2, next state n = 1
+    assert values == {R: 2} and pending == {R: ({"n": 0}, {"n": 1})}
+    assert s.states[R] == {"n": 0}
+    s.commit(pending)
+    assert s.states[R] == {"n": 1} and s.step_start[R] == {"n": 0}
+
+
+def test_a_later_gather_of_the_same_step_starts_where_the_step_started():
+    s = states()
+    s.commit(s.begin([R], ["mb"], None)[1])  # step 1: n 0 -> 1
+    values, pending = s.begin([R], ["mb", "mb", "mb"], None, update_state=False)
+    # from step_start n = 0, not n = 1: value 0 + 3 = 3; nothing to commit
+    assert values == {R: 3} and pending == {}
+
+
+def test_a_training_batch_freezes_its_values_for_its_steps():
+    s = states()
+    s.begin_training_batch([R], ["mb"], None)  # n 0 -> 1 at once, value 0 + 1 = 1 frozen
+    assert s.states[R] == s.step_start[R] == {"n": 1} and s.batch_values == {R: 1}
+    values, pending = s.begin([R], ["mb", "mb"], None)
+    assert values == {R: 1} and pending == {}  # the frozen value, not 1 + 2
+    values, _ = s.begin([R], ["mb", "mb"], None, reuse_batch_values=False)
+    assert values == {R: 3}  # n = 1, two micro-batches
+
+
+def test_state_dict_copies_the_states_that_exist():
+    s = states()
+    saved = s.state_dict()
+    assert saved == {R: {"n": 0}}
+    saved[R]["n"] = 99
+    assert s.states[R] == {"n": 0}
+
+
+def test_load_state_dict_restores_and_forgets_the_training_batch():
+    s = states()
+    s.begin_training_batch([R], ["mb"], None)
+    s.load_state_dict({R: {"n": 7}})
+    assert s.states[R] == s.step_start[R] == {"n": 7} and s.batch_values == {}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ([("n", 1)], "load_state_dict needs a dict of component states, as state_dict() returns, got list"),
+    ({"surrogate (bapo)": {"n": 1}}, "does not fit this objective's stateful components"),
+    ({R: {"n": "seven"}}, "state['reweighters[0] (counter)'].n = 'seven'"),
+])
+def test_a_state_that_does_not_fit_changes_nothing(bad, message):
+    s = states()
+    before = copy.deepcopy((s.states, s.step_start))
+    with pytest.raises(StateError) as info:
+        s.load_state_dict(bad)
+    assert message in str(info.value)
+    assert (s.states, s.step_start) == before
