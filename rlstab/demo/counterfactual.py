@@ -73,6 +73,8 @@ UNSUPPLIED = ("ref_logprobs", "sum_pi_squared", "proxy_logprobs")
 """Batch fields the audit's update does not supply (the first carries the arms' tokens)."""
 MICRO_BATCH = 64
 """Responses per micro-batch of the update and of the no-grad passes."""
+PROGRESS_EVERY_S = 60.0
+"""A progress line at least this often while null draws run (and after every 10th): a SmolLM2 draw takes minutes."""
 
 
 def problems_of(objective: Objective) -> list[str]:
@@ -289,6 +291,8 @@ def audit_state(policy, task, objective: Objective, state, *, prompts: int, grou
     else:
         arms["mask"], _ = updater.measure(silenced)
         arms["probability_only"], _ = updater.measure(low)
+    say(f"counterfactual: {state.label}: the arms measured ({time.perf_counter() - started:.0f} s)")
+    said = time.perf_counter()
     null = {name: [] for name in MEASURES}
     null_covariance = []
     for k, flat in enumerate(draws):
@@ -296,7 +300,8 @@ def audit_state(policy, task, objective: Objective, state, *, prompts: int, grou
         for name in MEASURES:
             null[name].append(measured[name])
         null_covariance.append(silenced_covariance(sample.logprobs, advantages, sample.response_mask, as_mask(flat)))
-        if (k + 1) % 10 == 0 or k + 1 == len(draws):
+        if (k + 1) % 10 == 0 or k + 1 == len(draws) or time.perf_counter() - said >= PROGRESS_EVERY_S:
+            said = time.perf_counter()
             say(f"counterfactual: {state.label}: null draw {k + 1}/{len(draws)} "
                 f"({time.perf_counter() - started:.0f} s)")
     updater.restore()

@@ -137,6 +137,20 @@ def test_a_state_audit_holds_its_null_and_its_p_values(policy, task, state, samp
     assert first["agrees_held_out"] == ((first["covariance"] > 0) == (measured > 0))
 
 
+def test_a_slow_state_says_its_progress_at_every_draw(policy, task, state, sample, monkeypatch):
+    import rlstab.demo.audit as audit
+    import rlstab.demo.counterfactual as counterfactual
+
+    monkeypatch.setattr(audit, "collect", lambda *args, **kwargs: sample)
+    monkeypatch.setattr(counterfactual, "PROGRESS_EVERY_S", 0.0)  # every draw is "a minute later"
+    lines = []
+    audit_state(policy, task, load(LOOSE), state, prompts=4, group_size=4, temperature=1.0, seed=3,
+                null_draws=3, held_out=2, index=1, log=lines.append)
+    said = [line.split(": ", 2)[2].split(" (")[0] for line in lines[1:]]
+    # after the header: the arms, then each of the 3 draws (not only every 10th and the last)
+    assert said == ["the arms measured", "null draw 1/3", "null draw 2/3", "null draw 3/3"]
+
+
 def test_a_mask_that_silences_nothing_leaves_nothing_to_test(policy, task, state, sample, monkeypatch):
     import rlstab.demo.audit as audit
 

@@ -3,6 +3,7 @@ batch; smollm2-mechanism-along.json, along training) and the counterfactual audi
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -220,6 +221,20 @@ def test_the_smollm2_counterfactual_is_its_stored_audit():
                    f"{state['positive_tokens']} tokens with A > 0), S2T at `tau_p` 0.05 silences no token")
     assert in_page(f"no null was drawn ({state['seconds']:.0f} s;")
     assert state["held_out_problems"] == 13 and in_page("`add1` holds 13 held-out problems")
+
+
+def test_the_smollm2_second_state_is_its_stopped_runs_log():
+    """The second state was stopped unfinished: what the page says of it is its log's (stored as it was printed)."""
+    log = (ROOT / "docs" / "audits" / "counterfactual-smollm2-seed1-stopped.log").read_text().splitlines()
+    head = re.fullmatch(r"counterfactual: seed1/step10: (\d+) tokens, (\d+) with A > 0, the mask silences (\d+); "
+                        r"(\d+) updates", log[1])
+    tokens, positive, silenced, updates = map(int, head.groups())
+    drawn = int(re.fullmatch(r"counterfactual: seed1/step10: null draw (\d+)/50 \(\d+ s\)", log[-1]).group(1))
+    assert in_page(f"S2T silences {silenced} of its batch's {tokens} response tokens ({positive} with A > 0)")
+    assert in_page(f"(at {drawn} of its 50 draws)") and in_page(f"each of its {updates} updates")
+    assert updates == 50 + 4  # the all-tokens update, its repeat, the mask, probability-only, then the null
+    # one state's smallest two-sided p at K = 50 is 1/51; Holm's first step over six measures is 0.05/6
+    assert in_page(f"1/51 = {1 / 51:.3g}, is above the first step's 0.05/6 = {0.05 / 6:.2g}")
 
 
 def _mechanism_along():
