@@ -13,6 +13,7 @@ import pytest
 import rlstab
 from rlstab.expression import MAX_DEPTH, MAX_LENGTH, ExpressionError, compile_expression
 from rlstab.expression.program import compile_expression as cached_compile
+from rlstab.objective import COMPILER
 
 REFUSED = [
     # (expression, fragment of the message, column)
@@ -189,13 +190,21 @@ def test_load_reports_a_keep_expression_under_keep():
 def no_python_evaluation():
     """Within the block, every way of running Python source records the call and fails.
 
-    The originals are back before pytest reports anything (its reporting uses ``ast.parse``).
+    The originals are back before pytest reports anything (its reporting uses ``ast.parse``). One import by
+    name is rlstab's own and names no input: ``Objective.compile()`` finding the compiler's module, the constant
+    ``rlstab.objective.COMPILER`` (what a plain ``import`` statement did before; the one late-bound edge that
+    tests/test_import_cycles.py declares). Every other module name is refused.
     """
     calls = []
+    import_module = importlib.import_module
+    import_module(COMPILER)  # loaded before the guard: a module's first import compiles its source (no .pyc yet)
 
     def forbidden(*args, **kwargs):
         calls.append(args)
         raise AssertionError(f"Python evaluation was called with {args!r}")
+
+    def only_the_compiler(*args, **kwargs):
+        return import_module(*args, **kwargs) if args == (COMPILER,) and not kwargs else forbidden(*args, **kwargs)
 
     targets = [(builtins, "eval"), (builtins, "exec"), (builtins, "compile"), (ast, "parse"),
                (importlib, "import_module")]
@@ -203,12 +212,22 @@ def no_python_evaluation():
     cached_compile.cache_clear()  # so that every expression really goes through the parser
     try:
         for module, name in targets:
-            setattr(module, name, forbidden)
+            setattr(module, name, only_the_compiler if name == "import_module" else forbidden)
         yield calls
     finally:
         for (module, name), original in zip(targets, saved):
             setattr(module, name, original)
         cached_compile.cache_clear()
+
+
+def test_the_guard_refuses_every_import_by_name_but_the_compilers():
+    with no_python_evaluation() as calls:
+        with pytest.raises(AssertionError, match="'os'"):
+            importlib.import_module("os")
+        with pytest.raises(AssertionError, match="rlstab.compiled"):
+            importlib.import_module(COMPILER, package="rlstab")
+        assert importlib.import_module(COMPILER).__name__ == "rlstab.compiled"
+    assert calls == [("os",), ("rlstab.compiled",)]
 
 
 def test_valid_expressions_compile_and_run_without_python_evaluation(make_batch):
