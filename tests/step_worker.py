@@ -1,7 +1,5 @@
 """One gloo rank of tests/compiled/test_step.py's two-rank test (a module of its own so that spawn can import it)."""
 
-import os
-
 import torch
 import torch.distributed as dist
 
@@ -32,22 +30,19 @@ def run_step(loss_fn, micro) -> tuple:
 RANK_SPLITS = {0: [(0, 3), (3, 8)], 1: [(8, 8), (8, 16)]}  # rank 1 has an empty micro-batch
 
 
-def run_rank(rank: int, world: int, port: int, name: str, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def run_rank(rank: int, world: int, name: str) -> tuple:
+    """``(gradient averaged over ranks, thresholds, counts)`` of this rank (``rlstab.testing.spawned_ranks.run_ranks``)."""
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        batch = random_batch(B=16, T=24, seed=11)
-        loss_fn = rlstab.load(name).compile()
-        leaf = batch.logprobs.detach().clone().requires_grad_()
-        micro = [take(batch, lo, hi, leaf) for lo, hi in RANK_SPLITS[rank]]
-        stats, _ = run_step(loss_fn, micro)
-        grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-        # DDP averages gradients over ranks.
-        dist.all_reduce(grad)
-        grad /= world
-        thresholds = [None if t is None else t.item() for t in stats.thresholds]
-        queue.put((rank, grad, thresholds, stats.counts))
-    finally:
-        dist.destroy_process_group()
+    batch = random_batch(B=16, T=24, seed=11)
+    loss_fn = rlstab.load(name).compile()
+    leaf = batch.logprobs.detach().clone().requires_grad_()
+    micro = [take(batch, lo, hi, leaf) for lo, hi in RANK_SPLITS[rank]]
+    stats, _ = run_step(loss_fn, micro)
+    grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+    # DDP averages gradients over ranks.
+    dist.all_reduce(grad)
+    grad /= world
+    thresholds = [None if t is None else t.item() for t in stats.thresholds]
+    return grad, thresholds, stats.counts
 
 

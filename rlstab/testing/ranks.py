@@ -22,11 +22,6 @@ starting them (importing torch twice) costs far more than the checks.
 from __future__ import annotations
 
 import importlib
-import os
-import pickle
-import queue as queues
-import socket
-import time
 import traceback
 from datetime import timedelta
 
@@ -39,6 +34,7 @@ from rlstab.testing.hosting import components_of, host_objective
 from rlstab.testing.main_guard import require_main_guard
 from rlstab.testing.report import checking
 from rlstab.testing.running import gradients, loss_and_grad, run_step
+from rlstab.testing.spawned_ranks import RankFailure, run_ranks
 from rlstab.testing.steps import declares_per_micro_batch
 
 WORLD = 2
@@ -113,24 +109,21 @@ def rebuild(case: dict):
 # ---------------------------------------------------------------- the ranks
 
 
-def run_rank(rank: int, world: int, port: int, cases: list[dict], queue) -> None:
-    """One gloo rank: every case in turn; each result (or traceback) goes to ``queue``, pickled."""
+def run_rank(rank: int, world: int, cases: list[dict]) -> list:
+    """One gloo rank (spawned by ``run_ranks``): every case in turn, its result dict; after the first that
+    raises, only that case's message (the peer times out in its next collective)."""
     from rlstab.lazy import distributed as dist
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-    try:
-        for i, case in enumerate(cases):
-            try:
-                result = _rank_case(rank, world, case)
-            except Exception:  # noqa: BLE001 - reported to the parent; the peer times out in its next collective
-                queue.put(("error", rank, i, traceback.format_exc()))
-                return
-            queue.put(("done", rank, i, pickle.dumps(result)))
-    finally:
-        queue.put(("finished", rank, -1, None))
-        dist.destroy_process_group()
+    outcomes: list = []
+    for case in cases:
+        try:
+            outcomes.append(_rank_case(rank, world, case))
+        except Exception:  # noqa: BLE001 - reported to the parent as this case's failure
+            outcomes.append(f"rank {rank} raised:\n{traceback.format_exc()}")
+            break
+    return outcomes
 
 
 def _rank_case(rank: int, world: int, case: dict) -> dict:
@@ -166,47 +159,12 @@ def _rank_case(rank: int, world: int, case: dict) -> dict:
 def _spawn(cases: list[dict]) -> list[dict[int, object]]:
     """Run ``cases`` on two spawned gloo ranks: per case, ``{rank: result dict, or an error message}``."""
     require_main_guard()  # an unguarded script would be re-run by each rank, which then dies
-    mp = torch.multiprocessing
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=run_rank, args=(r, WORLD, port, cases, queue), daemon=True) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    results: list[dict[int, object]] = [{} for _ in cases]
-    finished: set[int] = set()
-    deadline = time.monotonic() + STARTUP_S + 2 * COLLECTIVE_TIMEOUT_S + 5 * len(cases)
+    timeout_s = STARTUP_S + 2 * COLLECTIVE_TIMEOUT_S + 5 * len(cases)
     try:
-        while len(finished) < WORLD and time.monotonic() < deadline:
-            try:
-                kind, rank, i, payload = queue.get(timeout=2)
-            except queues.Empty:
-                if not any(p.is_alive() for p in procs):
-                    break
-                continue
-            if kind == "finished":
-                finished.add(rank)
-            elif kind == "done":
-                results[i][rank] = pickle.loads(payload)
-            else:
-                results[i][rank] = f"rank {rank} raised:\n{payload}"
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
-                p.join()
-    for p in procs:
-        if p.exitcode not in (0, None) and len(finished) < WORLD:
-            for per_rank in results:
-                per_rank.setdefault(procs.index(p), f"rank {procs.index(p)} died (exit code {p.exitcode})")
-    return results
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        per_rank = run_ranks(run_rank, cases, world=WORLD, timeout_s=timeout_s)
+    except RankFailure as err:  # a rank died or went silent: every case fails with its message
+        return [{rank: str(err) for rank in range(WORLD)} for _ in cases]
+    return [{rank: per_rank[rank][i] for rank in range(WORLD) if i < len(per_rank[rank])} for i in range(len(cases))]
 
 
 # ---------------------------------------------------------------- the comparison

@@ -5,8 +5,6 @@ micro-batches); rank 1 rows 5-6 at 4 columns and rows 7-9 at 3 columns (its resp
 its micro-batches are narrower): the step's baselines must still be those of one process.
 """
 
-import os
-
 import torch
 import torch.distributed as dist
 
@@ -65,12 +63,8 @@ def one_process(kind: str):
     return whole, rows
 
 
-def run_rank(rank: int, world: int, port: int, kind: str, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def run_rank(rank: int, world: int, kind: str) -> dict:
+    """This rank's ``advantages_of`` its parts, as lists (``rlstab.testing.spawned_ranks.run_ranks``)."""
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        out = advantages_of(kind, RANK_PARTS[rank])
-        # plain lists: a tensor would travel through shared memory that this process frees when it exits
-        queue.put((rank, {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in out.items()}))
-    finally:
-        dist.destroy_process_group()
+    out = advantages_of(kind, RANK_PARTS[rank])
+    return {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in out.items()}

@@ -7,8 +7,6 @@ tests/adapters/verl/test_optimal_token_baseline_conformance.py.
 """
 
 import math
-import multiprocessing
-import socket
 
 import pytest
 import torch
@@ -19,6 +17,7 @@ from rlstab.adapters.trainer_parts import unexecutable
 from rlstab.advantages import GRPO, MultiTurnOptimalTokenBaseline, OptimalTokenBaseline
 from rlstab.advantages.optimal_token_baseline import response_positions, score_norm_proxy
 from rlstab.explain import explain
+from rlstab.testing.spawned_ranks import run_ranks
 
 NAN = float("nan")
 HALF = math.log(0.5)
@@ -245,22 +244,9 @@ def test_trainers_without_sum_pi_squared_refuse_it(trainer):
 # ----------------------------------------------------------------------------- two ranks
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("kind", ["optimal_token_baseline", "tir_optimal_token_baseline"])
 def test_two_ranks_of_different_widths_equal_one_process(kind):
-    ctx = multiprocessing.get_context("spawn")
-    queue, port = ctx.Queue(), free_port()
-    procs = [ctx.Process(target=rank_module.run_rank, args=(r, 2, port, kind, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = dict(queue.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
+    results = dict(enumerate(run_ranks(rank_module.run_rank, kind, world=2)))
     whole, split = rank_module.one_process(kind)
     assert results[0]["width"] == results[1]["width"] == whole["width"]
     for r in range(2):

@@ -1,7 +1,5 @@
 """One gloo rank of test_bapo.py's two-rank test (a module of its own so that spawn can import it)."""
 
-import os
-
 import torch
 import torch.distributed as dist
 from clipping.cases import off_policy_batch
@@ -23,20 +21,17 @@ def take(batch, lo, hi, leaf):
     return rlstab.TokenBatch(**out)
 
 
-def run_rank(rank: int, world: int, port: int, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def run_rank(rank: int, world: int) -> tuple:
+    """``(BAPO's step value, state, gradient averaged over ranks)`` of this rank (``rlstab.testing.spawned_ranks.run_ranks``)."""
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        batch = off_policy_batch(5, spread=1.0)
-        loss_fn = objective().compile()
-        leaf = batch.logprobs.detach().clone().requires_grad_()
-        micro = [take(batch, lo, hi, leaf) for lo, hi in RANK_SPLITS[rank]]
-        stats = loss_fn.gather(micro)
-        for mb in micro:
-            loss_fn(mb, step=stats).loss.backward()
-        grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-        dist.all_reduce(grad)  # DDP averages gradients over ranks
-        grad /= world
-        queue.put((rank, stats.hooks[-1], loss_fn.state_dict(), grad))
-    finally:
-        dist.destroy_process_group()
+    batch = off_policy_batch(5, spread=1.0)
+    loss_fn = objective().compile()
+    leaf = batch.logprobs.detach().clone().requires_grad_()
+    micro = [take(batch, lo, hi, leaf) for lo, hi in RANK_SPLITS[rank]]
+    stats = loss_fn.gather(micro)
+    for mb in micro:
+        loss_fn(mb, step=stats).loss.backward()
+    grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+    dist.all_reduce(grad)  # DDP averages gradients over ranks
+    grad /= world
+    return stats.hooks[-1], loss_fn.state_dict(), grad

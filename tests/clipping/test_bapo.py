@@ -1,16 +1,15 @@
 """BAPO: hand-computed bound searches (paper and authors' code), step-wide and cross-rank bounds, state, gradients."""
 
 import math
-import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from clipping import bapo_rank
 from clipping.cases import off_policy_batch, one_row, ratio, rlstab_loss_and_grad, token_mean_reference
 
 import rlstab
 from rlstab.clipping.bapo import _sum_max, _sum_min
+from rlstab.testing.spawned_ranks import run_ranks
 
 AGG = {"kind": "token-mean", "count": "valid"}
 
@@ -173,16 +172,7 @@ def test_gather_without_update_leaves_the_state():
 
 
 def test_two_ranks_choose_the_same_bounds_as_one_process():
-    port = 29600 + os.getpid() % 1000
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=bapo_rank.run_rank, args=(r, 2, port, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = dict((r, rest) for r, *rest in (queue.get(timeout=120) for _ in procs))
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results = run_ranks(bapo_rank.run_rank, world=2)
 
     batch = off_policy_batch(5, spread=1.0)
     fn = bapo_rank.objective().compile()

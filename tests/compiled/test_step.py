@@ -1,13 +1,11 @@
 """The two-phase step API: a step split into micro-batches (and ranks) equals the whole step at once."""
 
-import os
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import rlstab
 from rlstab.explain import explain
+from rlstab.testing.spawned_ranks import run_ranks
 
 import step_worker
 from batches import random_batch, with_trainer_fields
@@ -80,16 +78,7 @@ def test_bf16_inputs_compute_in_float32():
 
 @pytest.mark.parametrize("name", ["stapo", "20-entropy", "dr_grpo"])
 def test_two_ranks_equal_one_process(name):
-    port = 29500 + os.getpid() % 1000
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=step_worker.run_rank, args=(r, 2, port, name, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = dict((r, (g, t, c)) for r, g, t, c in (queue.get(timeout=120) for _ in procs))
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results = run_ranks(step_worker.run_rank, name, world=2)
 
     batch = random_batch(B=16, T=24, seed=11)
     loss_fn = rlstab.load(name).compile()

@@ -5,8 +5,6 @@ path of rlstab.quantile.Population across ranks; the second quantile's populatio
 A < 0, about half) is small enough to be gathered and sorted.
 """
 
-import os
-
 import torch
 import torch.distributed as dist
 
@@ -31,23 +29,19 @@ def objective():
                         "aggregation": {"kind": "token-mean", "count": "kept"}})
 
 
-def run_rank(rank: int, world: int, port: int, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def run_rank(rank: int, world: int) -> tuple:
+    """``(gradient averaged over ranks, thresholds, counts)`` of this rank (``rlstab.testing.spawned_ranks.run_ranks``)."""
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        whole = batch()
-        loss_fn = objective().compile()
-        leaf = whole.logprobs.detach().clone().requires_grad_()
-        micro = [take(whole, lo, hi, leaf) for lo, hi in RANK_SPLITS[rank]]
-        stats = loss_fn.gather(micro)
-        for mb in micro:
-            loss_fn(mb, step=stats).loss.backward()
-        grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-        dist.all_reduce(grad)  # DDP averages gradients over ranks
-        grad /= world
-        (thresholds,) = stats.thresholds
-        counts = (stats.counts.tokens_valid, stats.counts.tokens_kept)
-        # plain lists: a tensor would travel as a shared file descriptor, gone once this process exits
-        queue.put((rank, grad.tolist(), [t.item() for t in thresholds], counts))
-    finally:
-        dist.destroy_process_group()
+    whole = batch()
+    loss_fn = objective().compile()
+    leaf = whole.logprobs.detach().clone().requires_grad_()
+    micro = [take(whole, lo, hi, leaf) for lo, hi in RANK_SPLITS[rank]]
+    stats = loss_fn.gather(micro)
+    for mb in micro:
+        loss_fn(mb, step=stats).loss.backward()
+    grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+    dist.all_reduce(grad)  # DDP averages gradients over ranks
+    grad /= world
+    (thresholds,) = stats.thresholds
+    counts = (stats.counts.tokens_valid, stats.counts.tokens_kept)
+    return grad.tolist(), [t.item() for t in thresholds], counts

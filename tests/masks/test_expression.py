@@ -5,19 +5,18 @@ l = -A and dl/dlogp = -A on every kept token). Valid entropies, sorted:
 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 (9 tokens; row 1's last is padding).
 """
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import rlstab
 from rlstab.batch import BatchError
 from rlstab.explain import explain
 from rlstab.expression import compile_expression
 from rlstab.masks import Expression
+from rlstab.testing.spawned_ranks import run_ranks
 from rlstab.tokens import Tokens
 
 from batches import random_batch
@@ -234,16 +233,7 @@ def test_two_ranks_with_two_micro_batches_each_equal_one_process(monkeypatch):
     monkeypatch.syspath_prepend(str(here))  # the spawned ranks import expression_rank from here
     import expression_rank
 
-    port = 29500 + (os.getpid() + 500) % 1000
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=expression_rank.run_rank, args=(r, 2, port, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = dict((r, (g, t, c)) for r, g, t, c in (queue.get(timeout=180) for _ in procs))
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results = run_ranks(expression_rank.run_rank, world=2)
 
     batch = expression_rank.batch()
     loss_fn = expression_rank.objective().compile()

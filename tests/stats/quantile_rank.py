@@ -6,9 +6,6 @@ a step of the ``20-entropy`` and ``stapo`` presets with about 10,000 valid token
 through the compiled objective's ``gather``.
 """
 
-import os
-import traceback
-
 import torch
 import torch.distributed as dist
 
@@ -91,7 +88,6 @@ def step_results(rank: int | None, world: int = 1):
             thresholds=[_plain(t) for t in stats.thresholds],
             counts=(c.tokens_valid, c.tokens_kept, c.sequences_valid, c.sequences_kept, c.max_length),
             loss=loss,
-            # plain lists: a tensor would travel as a shared file descriptor, gone once this process exits
             grad=grad.tolist(),
         )
     return out
@@ -104,13 +100,7 @@ def _plain(threshold):
     return None if threshold is None else threshold.item()
 
 
-def run_rank(rank: int, world: int, port: int, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def run_rank(rank: int, world: int) -> tuple:
+    """``(local_results, step_results)`` of this rank (``rlstab.testing.spawned_ranks.run_ranks``)."""
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        queue.put((rank, local_results(rank), step_results(rank, world)))
-    except BaseException:  # tell the parent at once instead of letting it wait out its timeout
-        queue.put((rank, traceback.format_exc(), None))
-        raise
-    finally:
-        dist.destroy_process_group()
+    return local_results(rank), step_results(rank, world)

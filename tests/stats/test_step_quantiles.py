@@ -7,38 +7,23 @@ and an empty one, and the populations are large enough for the radix selection (
 histogram mode; the step API is run on a ~10,000-token step.
 """
 
-import socket
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+
+from rlstab.testing.spawned_ranks import run_ranks
 
 
 @pytest.fixture(scope="module")
 def two_ranks():
     """What each of two gloo ranks computed, and the module that computes it in one process."""
-    with socket.socket() as s:  # a free port: other test runs may share the machine
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with pytest.MonkeyPatch.context() as mp_patch:
         # The spawned ranks import quantile_rank from here (spawn passes sys.path on).
         mp_patch.syspath_prepend(str(Path(__file__).parent))
         import quantile_rank
 
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        procs = [ctx.Process(target=quantile_rank.run_rank, args=(r, 2, port, queue)) for r in range(2)]
-        for p in procs:
-            p.start()
-        results = {}
-        for _ in procs:
-            rank, local, step = queue.get(timeout=300)
-            assert step is not None, f"rank {rank} failed: {local}"
-            results[rank] = (local, step)
-        for p in procs:
-            p.join(timeout=60)
-            assert p.exitcode == 0
+        results = dict(enumerate(run_ranks(quantile_rank.run_rank, world=2)))
     return results, quantile_rank
 
 

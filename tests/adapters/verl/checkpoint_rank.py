@@ -28,11 +28,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 import training_worker_rank as base  # noqa: E402
 
 
-def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: list[str], plan: list, queue) -> None:
-    """Run ``_run`` on this rank and report its record on ``queue`` (``training_worker_rank.report``)."""
-    base.report(rank, queue, _run, world_size, port, model_path, overrides, plan)
-
-
 def give_the_cpu_device_an_rng() -> None:
     """``set_rng_state``/``get_rng_state`` on the test's CPU device module: torch's CPU generator.
 
@@ -56,8 +51,9 @@ class _Messages(logging.Handler):
         self.messages.append((record.levelname, record.getMessage()))
 
 
-def _run(rank, world_size, port, model_path, overrides, plan) -> dict:
-    base.join_cpu_group(rank, world_size, port)
+def run_rank(rank, world_size, model_path, overrides, plan) -> dict:
+    """This rank's record (``rlstab.testing.spawned_ranks.run_ranks``)."""
+    base.join_cpu_group(rank, world_size)
     give_the_cpu_device_an_rng()
 
     from verl.utils import tensordict_utils as tu

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 import torch.distributed as dist
@@ -12,8 +11,6 @@ import rlstab
 from rlstab.adapters.global_counts import counted
 from rlstab.adapters.verl.counts import step_stats, with_trainer_counts
 from rlstab.adapters.verl.inputs import token_batch
-
-from training_worker_rank import report
 
 B, T = 8, 7
 
@@ -50,14 +47,9 @@ def batch_of(step: dict[str, torch.Tensor], rows, leaf: torch.Tensor | None = No
     return dataclasses.replace(batch, rollout_logprobs=step["rollout_log_probs"][rows])
 
 
-def run_rank(rank: int, world: int, port: int, objective: dict, scope: str, queue) -> None:
+def run_rank(rank: int, world: int, objective: dict, scope: str):
     """One rank's ``(loss, loss without the shared valid counts, gradient)``, each summed or averaged over ranks."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    report(rank, queue, _step, world, objective, scope)
-
-
-def _step(rank: int, world: int, objective: dict, scope: str):
     step = full_step()
     mine = range(rank * B // world, (rank + 1) * B // world)
     parts = [list(mine)] if scope == "data_parallel" else [list(mine)[:2], list(mine)[2:]]

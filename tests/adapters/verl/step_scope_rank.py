@@ -21,13 +21,9 @@ import training_worker_rank as base  # noqa: E402
 TRAINING_BATCHES = 2
 
 
-def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: list[str], keep_entropy: bool, queue) -> None:
-    """Run ``_run`` on this rank and report its record on ``queue`` (``training_worker_rank.report``)."""
-    base.report(rank, queue, _run, world_size, port, model_path, overrides, keep_entropy)
-
-
-def _run(rank, world_size, port, model_path, overrides, keep_entropy) -> dict:
-    base.join_cpu_group(rank, world_size, port)
+def run_rank(rank, world_size, model_path, overrides, keep_entropy) -> dict:
+    """This rank's record (``rlstab.testing.spawned_ranks.run_ranks``)."""
+    base.join_cpu_group(rank, world_size)
 
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding

@@ -2,35 +2,17 @@
 ``ppo_loss`` with ``dp_group`` — the S2T threshold and the gradient equal one process over the
 whole step. With ``local`` the ranks' thresholds differ (each sees half of the step)."""
 
-import socket
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import rlstab
+from rlstab.testing.spawned_ranks import run_ranks
 
 import verl_statistics_rank
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def two_ranks(scope: str):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=verl_statistics_rank.run_rank, args=(r, 2, port, scope, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = sorted(queue.get(timeout=240) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    return results
+    return run_ranks(verl_statistics_rank.run_rank, scope, world=2)
 
 
 def one_process():

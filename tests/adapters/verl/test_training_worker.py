@@ -14,15 +14,13 @@ registries. Its docstrings say what on veRL's CPU path needed help and why.
 
 from __future__ import annotations
 
-import io
 import os
-import queue as queue_module
-import socket
 import sys
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+
+from rlstab.testing.spawned_ranks import run_ranks
 
 sys.path.insert(0, os.path.dirname(__file__))  # spawned ranks import the helper as a top-level module
 
@@ -51,42 +49,16 @@ FP32 = [
     "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 ]
 
-RANK_TIMEOUT_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+RANK_TIMEOUT_S = 300  # per rank: the ranks of one call together get world_size times as long
 
 
 def spawn_ranks(target, world_size: int, *args) -> list:
-    """``target(rank, world_size, port, *args, queue)`` on ``world_size`` spawned gloo ranks; each rank's result, by rank.
+    """``target(rank, world_size, *args)`` on ``world_size`` spawned gloo ranks; each rank's result, by rank.
 
-    Each rank reports with ``training_worker_rank.report``: a traceback fails the test at once (the
-    other ranks may wait in a collective forever), and silence fails it after ``RANK_TIMEOUT_S``.
+    ``rlstab.testing.spawned_ranks.run_ranks``: a rank's traceback fails the test at once (the other ranks
+    may wait in a collective forever), and so do a rank's death and silence.
     """
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=target, args=(r, world_size, port, *args, results)) for r in range(world_size)]
-    for p in procs:
-        p.start()
-    outcome = {}
-    try:
-        while len(outcome) < world_size:
-            rank, value = results.get(timeout=RANK_TIMEOUT_S)
-            if isinstance(value, str):
-                pytest.fail(f"rank {rank} of {world_size} failed:\n{value}")
-            outcome[rank] = torch.load(io.BytesIO(value), weights_only=False)
-    except queue_module.Empty:
-        pytest.fail(f"ranks {sorted(set(range(world_size)) - set(outcome))} reported nothing in {RANK_TIMEOUT_S}s")
-    finally:
-        for p in procs:
-            p.join(timeout=30 if len(outcome) == world_size else 1)  # after a failure, don't wait on the rest
-            if p.is_alive():
-                p.kill()
-    return [outcome[r] for r in range(world_size)]
+    return run_ranks(target, *args, world=world_size, timeout_s=RANK_TIMEOUT_S * world_size)
 
 
 def run_update(world_size: int, model_path: str, overrides: list[str]) -> list[dict]:

@@ -8,7 +8,6 @@ at import, the default process group.
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 import types
@@ -349,38 +348,13 @@ def rank_rows(rank: int, world_size: int) -> list[int]:
     ]
 
 
-def report(rank: int, queue, compute, *args) -> None:
-    """Run ``compute(rank, *args)`` and put ``(rank, torch.save bytes of its result)`` on ``queue``.
+def join_cpu_group(rank: int, world_size: int) -> bool:
+    """Make this process rank ``rank`` of a gloo group on veRL's CPU test platform; whether ``import verl`` loaded rlstab.
 
-    On failure, ``(rank, traceback text)``, so that the test reports a rank's error instead of
-    waiting for it. Bytes, not tensors: torch.multiprocessing would share tensors through file
-    descriptors that vanish when the rank exits. Every spawned rank of the veRL tests reports so.
+    ``MASTER_ADDR``/``MASTER_PORT`` are set by ``rlstab.testing.spawned_ranks.run_ranks``, which spawned it.
     """
-    try:
-        result = compute(rank, *args)
-        buffer = io.BytesIO()
-        torch.save(result, buffer)
-        queue.put((rank, buffer.getvalue()))
-    except BaseException:  # noqa: B036 - the parent must hear about any failure
-        import traceback
-
-        queue.put((rank, traceback.format_exc()))
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-
-
-def run_rank(rank: int, world_size: int, port: int, model_path: str, overrides: list[str], queue) -> None:
-    """Build a ``TrainingWorker`` on this rank, run one actor update and ``report`` the outcome on ``queue``."""
-    report(rank, queue, _update, world_size, port, model_path, overrides)
-
-
-def join_cpu_group(rank: int, world_size: int, port: int) -> bool:
-    """Make this process rank ``rank`` of a gloo group on veRL's CPU test platform; whether ``import verl`` loaded rlstab."""
     os.environ.update(
         HF_HUB_OFFLINE="1",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
         LOCAL_RANK=str(rank),
@@ -412,8 +386,9 @@ def rlstab_training_worker(model_path: str, overrides: list[str]):
     return worker, arr, actor_config
 
 
-def _update(rank: int, world_size: int, port: int, model_path: str, overrides: list[str]) -> dict:
-    plugin_loaded = join_cpu_group(rank, world_size, port)
+def run_rank(rank: int, world_size: int, model_path: str, overrides: list[str]) -> dict:
+    """Build a ``TrainingWorker`` on this rank and run one actor update: what it did (``spawned_ranks.run_ranks``)."""
+    plugin_loaded = join_cpu_group(rank, world_size)
 
     from torch.distributed.tensor import DTensor
     from verl.utils import tensordict_utils as tu

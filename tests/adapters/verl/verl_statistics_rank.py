@@ -1,7 +1,5 @@
 """One gloo rank of test_step_statistics.py (a module of its own so that spawn can import it)."""
 
-import os
-
 import torch
 import torch.distributed as dist
 from verl.workers.utils import losses
@@ -22,26 +20,23 @@ def full_step(seed: int = 3):
     return logprobs, entropy, advantages, lengths
 
 
-def run_rank(rank: int, world: int, port: int, scope: str, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def run_rank(rank: int, world: int, scope: str) -> tuple:
+    """``(rank, S2T threshold, gradient averaged over ranks)`` (``rlstab.testing.spawned_ranks.run_ranks``)."""
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        logprobs, entropy, advantages, lengths = full_step()
-        rows = slice(rank * B // world, (rank + 1) * B // world)
-        total_valid = sum(lengths)
-        model_output, data, leaf, _ = micro_batch(
-            logprobs[rows], entropy[rows], advantages[rows], lengths[rows], [2] * (B // world),
-            dp_size=world, batch_num_tokens=total_valid, global_batch_size=B,
-        )
-        config = actor_config("stapo", calculate_entropy=True)
-        object.__setattr__(config.policy_loss, "step_statistics", scope)
-        loss, metrics = losses.ppo_loss(config=config, model_output=model_output, data=data, dp_group=dist.group.WORLD)
-        loss.backward()
-        grad = torch.zeros(B, T)
-        grad[rows] = leaf.grad
-        dist.all_reduce(grad)
-        grad /= world  # FSDP averages gradients over ranks
-        threshold = metrics["actor/rlstab/mask/s2t/entropy_threshold"].aggregate()
-        queue.put((rank, float(threshold), grad))
-    finally:
-        dist.destroy_process_group()
+    logprobs, entropy, advantages, lengths = full_step()
+    rows = slice(rank * B // world, (rank + 1) * B // world)
+    total_valid = sum(lengths)
+    model_output, data, leaf, _ = micro_batch(
+        logprobs[rows], entropy[rows], advantages[rows], lengths[rows], [2] * (B // world),
+        dp_size=world, batch_num_tokens=total_valid, global_batch_size=B,
+    )
+    config = actor_config("stapo", calculate_entropy=True)
+    object.__setattr__(config.policy_loss, "step_statistics", scope)
+    loss, metrics = losses.ppo_loss(config=config, model_output=model_output, data=data, dp_group=dist.group.WORLD)
+    loss.backward()
+    grad = torch.zeros(B, T)
+    grad[rows] = leaf.grad
+    dist.all_reduce(grad)
+    grad /= world  # FSDP averages gradients over ranks
+    threshold = metrics["actor/rlstab/mask/s2t/entropy_threshold"].aggregate()
+    return rank, float(threshold), grad
