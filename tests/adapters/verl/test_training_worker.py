@@ -20,7 +20,7 @@ import sys
 import pytest
 import torch
 
-from rlstab.testing.spawned_ranks import run_ranks
+from rlstab.testing.spawned_ranks import RankFailure, run_ranks
 
 sys.path.insert(0, os.path.dirname(__file__))  # spawned ranks import the helper as a top-level module
 
@@ -56,9 +56,13 @@ def spawn_ranks(target, world_size: int, *args) -> list:
     """``target(rank, world_size, *args)`` on ``world_size`` spawned gloo ranks; each rank's result, by rank.
 
     ``rlstab.testing.spawned_ranks.run_ranks``: a rank's traceback fails the test at once (the other ranks
-    may wait in a collective forever), and so do a rank's death and silence.
+    may wait in a collective forever), and so do a rank's death and silence: ``pytest.fail`` with what
+    ``RankFailure`` says, as the tests that expect a rank to be refused match.
     """
-    return run_ranks(target, *args, world=world_size, timeout_s=RANK_TIMEOUT_S * world_size)
+    try:
+        return run_ranks(target, *args, world=world_size, timeout_s=RANK_TIMEOUT_S * world_size)
+    except RankFailure as failure:
+        pytest.fail(str(failure))
 
 
 def run_update(world_size: int, model_path: str, overrides: list[str]) -> list[dict]:
