@@ -27,21 +27,24 @@ def run_step(loss_fn, micro) -> tuple:
     return stats, total
 
 
+def rank_step(loss_fn, batch, splits, world: int) -> tuple:
+    """This rank's share of a step on ``batch``, its micro-batches ``splits`` (``[(lo, hi), ...]``): ``(stats,
+    the summed loss, the gradient of the log-probs averaged over the ranks)``, as DDP averages it."""
+    leaf = batch.logprobs.detach().clone().requires_grad_()
+    stats, total = run_step(loss_fn, [take(batch, lo, hi, leaf) for lo, hi in splits])
+    grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+    dist.all_reduce(grad)
+    grad /= world
+    return stats, total, grad
+
+
 RANK_SPLITS = {0: [(0, 3), (3, 8)], 1: [(8, 8), (8, 16)]}  # rank 1 has an empty micro-batch
 
 
 def run_rank(rank: int, world: int, name: str) -> tuple:
     """``(gradient averaged over ranks, thresholds, counts)`` of this rank (``rlstab.testing.spawned_ranks.run_ranks``)."""
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    batch = random_batch(B=16, T=24, seed=11)
-    loss_fn = rlstab.load(name).compile()
-    leaf = batch.logprobs.detach().clone().requires_grad_()
-    micro = [take(batch, lo, hi, leaf) for lo, hi in RANK_SPLITS[rank]]
-    stats, _ = run_step(loss_fn, micro)
-    grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-    # DDP averages gradients over ranks.
-    dist.all_reduce(grad)
-    grad /= world
+    stats, _, grad = rank_step(rlstab.load(name).compile(), random_batch(B=16, T=24, seed=11), RANK_SPLITS[rank], world)
     thresholds = [None if t is None else t.item() for t in stats.thresholds]
     return grad, thresholds, stats.counts
 

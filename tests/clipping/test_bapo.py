@@ -6,6 +6,7 @@ import pytest
 import torch
 from clipping import bapo_rank
 from clipping.cases import off_policy_batch, one_row, ratio, rlstab_loss_and_grad, token_mean_reference
+from step_worker import take
 
 import rlstab
 from rlstab.clipping.bapo import _sum_max, _sum_min
@@ -115,7 +116,7 @@ SPLITS = [(0, 3), (3, 8), (8, 12)]
 
 
 def split(batch, leaf):
-    return [bapo_rank.take(batch, lo, hi, leaf) for lo, hi in SPLITS]
+    return [take(batch, lo, hi, leaf) for lo, hi in SPLITS]
 
 
 def test_bounds_are_chosen_over_the_whole_step():

@@ -5,13 +5,12 @@ path of rlstab.quantile.Population across ranks; the second quantile's populatio
 A < 0, about half) is small enough to be gathered and sorted.
 """
 
-import torch
 import torch.distributed as dist
 
 import rlstab
 
 from batches import random_batch
-from step_worker import take
+from step_worker import rank_step
 
 TEXT = (
     "advantage > 0 and probability < 0.002 and entropy < quantile(entropy, 0.8)"
@@ -32,16 +31,7 @@ def objective():
 def run_rank(rank: int, world: int) -> tuple:
     """``(gradient averaged over ranks, thresholds, counts)`` of this rank (``rlstab.testing.spawned_ranks.run_ranks``)."""
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    whole = batch()
-    loss_fn = objective().compile()
-    leaf = whole.logprobs.detach().clone().requires_grad_()
-    micro = [take(whole, lo, hi, leaf) for lo, hi in RANK_SPLITS[rank]]
-    stats = loss_fn.gather(micro)
-    for mb in micro:
-        loss_fn(mb, step=stats).loss.backward()
-    grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-    dist.all_reduce(grad)  # DDP averages gradients over ranks
-    grad /= world
+    stats, _, grad = rank_step(objective().compile(), batch(), RANK_SPLITS[rank], world)
     (thresholds,) = stats.thresholds
     counts = (stats.counts.tokens_valid, stats.counts.tokens_kept)
     return grad.tolist(), [t.item() for t in thresholds], counts
