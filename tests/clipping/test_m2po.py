@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from clipping.bapo_rank import take
+from step_worker import take
 from clipping.cases import off_policy_batch, one_row, ratio, rlstab_loss_and_grad, token_mean_reference
 
 import rlstab
