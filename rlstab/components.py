@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_serializer
 
 from rlstab.errors import StateError, short
 from rlstab.lazy import torch
@@ -37,6 +37,18 @@ class Component(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
     reads: ClassVar[frozenset[str]] = frozenset()
+    later_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields added after fingerprints were first published: left out of the dump while None, so that an
+    objective without them keeps its fingerprint (and a lab folder resumes)."""
+
+    @model_serializer(mode="wrap")
+    def _without_unset_later_fields(self, handler):
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self.later_fields:
+                if getattr(self, name) is None:
+                    data.pop(name, None)
+        return data
 
     @field_validator("*", mode="before")
     @classmethod

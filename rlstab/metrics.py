@@ -20,6 +20,9 @@ those kinds, so that no consumer parses metric names to decide:
 - ``"token_mean"``: a fraction or a mean over a micro-batch's valid tokens
   (``tokens/kept_fraction``, ``approx_kl``): weighted by each micro-batch's valid tokens,
   ``sum_k x_k n_k / sum_k n_k`` with ``n_k`` its ``tokens/valid`` (0 when no micro-batch has one).
+- ``"min"``, ``"max"``: an extreme over a micro-batch's valid tokens (``mismatch/ratio_min``):
+  ``min_k x_k``, ``max_k x_k``. A micro-batch without a valid token reports the operation's
+  identity (``inf``, ``-inf``), which changes no other micro-batch's value.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Literal, NamedTuple, get_args
 from rlstab.deferred import AllFinite, Requirement
 from rlstab.lazy import torch
 
-Combines = Literal["sum", "step", "token_mean"]
+Combines = Literal["sum", "step", "token_mean", "min", "max"]
 """How a metric combines over the micro-batches of one optimizer step (see the module's docstring)."""
 
 STEP_COUNTS = ("step/tokens_valid", "step/tokens_kept", "step/branch_tokens_valid", "step/branch_responses")
@@ -40,6 +43,10 @@ STEP_COUNTS = ("step/tokens_valid", "step/tokens_kept", "step/branch_tokens_vali
 metrics, the same in each micro-batch of an optimizer step, and each a count of that step, so that over
 several optimizer steps (a trainer's updates of one rollout batch) they add up where other ``"step"``
 values do not (``rlstab.trainer.loop.combine_updates``)."""
+
+
+EXTREMES = {"min": min, "max": max}
+"""The kinds that combine as an extreme of the parts' values, with the function that takes it."""
 
 
 class Element(NamedTuple):
@@ -102,8 +109,9 @@ class Metrics(Mapping):
         return value.values[value.index] if isinstance(value, Element) else value
 
     def combines(self, name: str) -> Combines:
-        """How metric ``name`` combines over the micro-batches of a step: ``"sum"``, ``"step"`` or
-        ``"token_mean"`` (see [`rlstab.metrics`][rlstab.metrics]). Reads nothing from the device.
+        """How metric ``name`` combines over the micro-batches of a step: ``"sum"``, ``"step"``,
+        ``"token_mean"``, ``"min"`` or ``"max"`` (see [`rlstab.metrics`][rlstab.metrics]). Reads nothing
+        from the device.
 
         Raises ``KeyError`` for a name the loss did not report, or when these metrics were made
         without kinds.
@@ -185,7 +193,8 @@ def combine(parts: Sequence[Metrics]) -> dict[str, float]:
 
     Each metric combines by its kind (``Metrics.combines``): ``"sum"`` adds the parts' values
     (Python ``sum``, in order), ``"step"`` takes the first part's, ``"token_mean"`` is
-    ``sum(x_k * n_k) / (sum(n_k) or 1.0)`` with ``n_k`` the part's ``tokens/valid``. A metric
+    ``sum(x_k * n_k) / (sum(n_k) or 1.0)`` with ``n_k`` the part's ``tokens/valid``, ``"min"`` and
+    ``"max"`` the parts' extreme. A metric
     that some parts lack (a threshold of a micro-batch whose groups dynamic sampling all dropped)
     is combined over the parts that have it. Names come in the order they first appear.
     """
@@ -201,6 +210,8 @@ def combine(parts: Sequence[Metrics]) -> dict[str, float]:
             out[name] = sum(values)
         elif kind == "step":
             out[name] = values[0]
+        elif kind in EXTREMES:
+            out[name] = EXTREMES[kind](values)
         else:
             weights = [part["tokens/valid"] for part in have]
             out[name] = sum(v * w for v, w in zip(values, weights)) / (sum(weights) or 1.0)

@@ -149,7 +149,7 @@ class Objective(BaseModel):
 
     def to_yaml(self) -> str:
         """YAML that [`rlstab.load`][rlstab.load] turns back into an equal objective."""
-        data = self.model_dump(mode="json", exclude_none=True)
+        data = _without_default_nulls(self, self.model_dump(mode="json"))
         if not data["shadow_masks"]:  # a later field: left out while empty, as before it existed
             del data["shadow_masks"]
         return dump_yaml(_kind_first(data))
@@ -157,6 +157,24 @@ class Objective(BaseModel):
 
 # Fields added after fingerprints were first published; left out of the digest while unset.
 _LATER_FIELDS = ("dual_stream", "sampler", "rollout", "shadow_masks")
+
+
+def _without_default_nulls(model, data):
+    """``data`` (``model``'s dump) without the nulls that are their field's default.
+
+    A null set where the default is a value (``decoupled_ppo``'s ``cap: null``) stays, so that
+    the YAML loads back to the same objective.
+    """
+    if isinstance(model, BaseModel) and isinstance(data, dict):
+        fields = type(model).model_fields
+        return {
+            name: _without_default_nulls(getattr(model, name, None), value)
+            for name, value in data.items()
+            if not (value is None and name in fields and fields[name].default is None)
+        }
+    if isinstance(model, (list, tuple)) and isinstance(data, list):
+        return [_without_default_nulls(m, v) for m, v in zip(model, data)]
+    return data
 
 
 def _kind_first(data):

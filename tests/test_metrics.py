@@ -187,3 +187,13 @@ def test_step_counts_have_a_public_home_and_are_what_the_loss_reports_as_the_ste
     # rows of 3, 2, 3 and 1 valid tokens: 9; GRPO has no mask, so every valid token is kept
     assert [out.metrics[name] for name in STEP_COUNTS[:2]] == [9.0, 9.0]
     assert [out.metrics.combines(name) for name in STEP_COUNTS[:2]] == ["step", "step"]
+
+
+def test_combine_takes_the_extremes_of_min_and_max_metrics():
+    # micro-batch ratios within [0.5, 2], [0.25, 1.5] and none (an empty micro-batch's identities inf, -inf)
+    parts = [Metrics(["tokens/valid", "mismatch/ratio_min", "mismatch/ratio_max"], [n, lo, hi], kinds=["sum", "min", "max"])
+             for n, lo, hi in ((4.0, 0.5, 2.0), (6.0, 0.25, 1.5), (0.0, math.inf, -math.inf))]
+    out = combine(parts)
+    assert (out["mismatch/ratio_min"], out["mismatch/ratio_max"]) == (0.25, 2.0)
+    with pytest.raises(ValueError, match="unknown metric kinds"):
+        Metrics(["x"], [1.0], kinds=["median"])

@@ -345,7 +345,20 @@ def silenced_by(mask, spec: Spec, threshold: float | None) -> torch.Tensor:
         k = log_r.exp()
         return (k < mask.low) | (k > mask.high)
     if mask.kind == "rollout_rejection":
-        stat = {"k1": log_r, "k2": 0.5 * log_r**2, "k3": log_r.exp() - 1 - log_r}[mask.divergence]
+        if mask.divergence.startswith("binary_kl"):
+            # D_B(a||b) = a ln(a/b) + (1-a) ln((1-a)/(1-b)) of the clamped probabilities, 0 on padding; in float64,
+            # where 1 - 1e-8 is not 1
+            eps = 1e-6 if mask.binary_kl_floor is None else mask.binary_kl_floor
+            train = old.double().exp().clamp(eps, 1 - eps)
+            infer = spec.rollout_logprobs.double().exp().clamp(eps, 1 - eps)
+
+            def d_b(a, b):
+                return a * (a / b).log() + (1 - a) * ((1 - a) / (1 - b)).log()
+            stat = d_b(infer, train) if mask.divergence == "binary_kl_rollout" else torch.maximum(
+                d_b(train, infer), d_b(infer, train))
+            stat = torch.where(spec.response_mask, stat, 0.0)
+        else:
+            stat = {"k1": log_r, "k2": 0.5 * log_r**2, "k3": log_r.exp() - 1 - log_r}[mask.divergence]
         if mask.divergence == "k1":
             low = math.log(1 / mask.high if mask.low is None else mask.low)
 

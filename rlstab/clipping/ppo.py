@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_serializer
+from pydantic import Field
 
 from rlstab.clipping.base import Surrogate, SurrogateResult, unclamped
 from rlstab.clipping.bounded import clip_between
@@ -58,14 +58,7 @@ class PPOClip(ClipRange):
     """Dual-clip constant c (> 1) bounding the loss of negative-advantage tokens by -c A; null: off."""
     delta: float | None = Field(None, gt=0.0)
     """Two-sided clipping (TRL's ``delta``): the ratio of the unclipped branch is capped at delta; null: off."""
-
-    @model_serializer(mode="wrap")
-    def _without_unset_delta(self, handler):
-        # delta came later: absent while unset, so an objective keeps its fingerprint (and lab folders resume)
-        data = handler(self)
-        if self.delta is None and isinstance(data, dict):
-            data.pop("delta", None)
-        return data
+    later_fields = ("delta",)
 
     def _delta_cap(self) -> float | None:
         return self.delta

@@ -1,13 +1,14 @@
-"""The metrics of one micro-batch's loss, each declared with how it combines over the step's micro-batches.
+r"""The metrics of one micro-batch's loss, each declared with how it combines over the step's micro-batches.
 
 Names (``<label>``: a component's kind, suffixed with its position when the kind appears twice):
 
 - ``mask/<label>/kept``, ``/silenced`` (sum): the valid tokens the mask keeps and silences (for a
-  rollout rejection, over the response tokens before any rejection); ``/kept_fraction``
+  rollout rejection, over the response tokens before any rejection); ``/silenced_positive``,
+  ``/silenced_negative`` (sum): the silenced ones with A > 0 and with A < 0; ``/kept_fraction``
   (token_mean); its step threshold(s) (step), ``/entropy_threshold`` or an expression's
   ``/quantile_...``, a ``random_silence``'s ``/target`` and ``/candidates``.
-- ``shadow/<label>/kept``, ``/silenced`` (sum), ``/kept_fraction`` (token_mean), its threshold(s)
-  (step): the same for a shadow mask (``shadow_masks``: measured over the valid tokens, not acting).
+- ``shadow/<label>/kept``, ``/silenced``, ``/silenced_positive``, ``/silenced_negative`` (sum),
+  ``/kept_fraction`` (token_mean), its threshold(s) (step): the same for a shadow mask (``shadow_masks``: measured over the valid tokens, not acting).
 - ``reweight/<label>/mean`` (token_mean): the factor's mean over kept tokens; the reweighter's
   step values ``reweight/<label>/<name>`` (step); the surrogate's ``surrogate/<name>`` (step).
 - ``loss/policy``, ``loss/<regulariser label>`` (the term without its coefficient), ``loss`` (sum).
@@ -16,15 +17,22 @@ Names (``<label>``: a component's kind, suffixed with its position when the kind
   estimator's ``advantage/<kind>/<name>`` (step).
 - the surrogate's counts as fractions of valid tokens (``clip/high_fraction``), ``approx_kl``
   (``-mean log r``), ``advantage/mean``, ``entropy/mean`` (token_mean).
+- for an objective that reads ``rollout_logprobs``, the trainer/inference mismatch over valid tokens,
+  with $\ell = \mathrm{clamp}(\log\pi_{train}(old) - \log\pi_{infer}, \pm 20)$: ``mismatch/kl_k1``
+  ($-\ell$) and ``mismatch/kl_k3`` ($e^\ell - 1 - \ell$), both estimates of
+  $\mathrm{KL}(\pi_{infer}\,\|\,\pi_{train})$ from the sampled tokens (token_mean);
+  ``mismatch/ratio_min``, ``mismatch/ratio_max``: $e^\ell$ before any truncation (min, max).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from rlstab.batch import TokenBatch
 from rlstab.compiler.keeps import shadow_keeps
 from rlstab.lazy import torch
+from rlstab.masks.rollout import SAFETY_BOUND
 from rlstab.metrics import STEP_COUNTS, Combines, Element
 from rlstab.tokens import Tokens
 
@@ -128,6 +136,8 @@ def loss_metrics(
     out.ratio("advantage/mean", adv_sum, n_valid_safe, "token_mean")
     if t.entropy is not None:
         out.ratio("entropy/mean", torch.dot(valid_flat, t.entropy.reshape(-1)), n_valid_safe, "token_mean")
+    if plan.readers("rollout_logprobs"):
+        _mismatch_metrics(out, t, valid_flat, n_valid_safe)
     # Without regularisers the loss's value is the policy term's (the same float): reported from the tensor
     # without a gradient, which the metrics need not detach.
     out.add("loss", terms.loss if terms.regularisers else terms.policy, "sum")
@@ -148,6 +158,7 @@ def _mask_metrics(
         n_before = before_flat.sum()
         n_before_safe = n_before.clamp(min=1.0)
     only_mask = len(keeps) == 1 and not plan.rejections
+    signs = _advantage_signs(t)
     for i, (label, mask, k, thr) in enumerate(zip(plan.mask_labels, objective.masks, keeps, step.thresholds)):
         base, n_base, n_base_safe = (
             (before_flat, n_before, n_before_safe) if i in plan.rejections else (valid_flat, n_valid, n_valid_safe)
@@ -155,6 +166,7 @@ def _mask_metrics(
         n_kept_by_mask = n_kept if only_mask else torch.dot(base, k.reshape(-1))
         out.add(f"mask/{label}/kept", n_kept_by_mask, "sum")
         out.add(f"mask/{label}/silenced", n_base - n_kept_by_mask, "sum")
+        _silenced_signs(out, f"mask/{label}", base, k, signs)
         out.ratio(f"mask/{label}/kept_fraction", n_kept_by_mask, n_base_safe, "token_mean")
         _threshold_metrics(out, f"mask/{label}", mask, thr)
     shadows = shadow_keeps(objective, t, step.thresholds)
@@ -162,8 +174,40 @@ def _mask_metrics(
         n_kept_by_mask = torch.dot(valid_flat, k.reshape(-1))
         out.add(f"{label}/kept", n_kept_by_mask, "sum")
         out.add(f"{label}/silenced", n_valid - n_kept_by_mask, "sum")
+        _silenced_signs(out, label, valid_flat, k, signs)
         out.ratio(f"{label}/kept_fraction", n_kept_by_mask, n_valid_safe, "token_mean")
         _threshold_metrics(out, label, mask, thr)
+
+
+def _advantage_signs(t: Tokens) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Flat float indicators of A > 0 and A < 0 per token (None without advantages)."""
+    if t.advantages is None:
+        return None
+    adv = t.advantages.reshape(-1)
+    return (adv > 0).to(torch.float32), (adv < 0).to(torch.float32)
+
+
+def _silenced_signs(out: Reported, prefix: str, base: torch.Tensor, keep: torch.Tensor, signs) -> None:
+    """``<prefix>/silenced_positive`` and ``/silenced_negative``: the tokens of ``base`` that ``keep`` silences, by A's sign."""
+    if signs is None:
+        return
+    silenced = base - base * keep.reshape(-1)
+    out.add(f"{prefix}/silenced_positive", torch.dot(silenced, signs[0]), "sum")
+    out.add(f"{prefix}/silenced_negative", torch.dot(silenced, signs[1]), "sum")
+
+
+def _mismatch_metrics(out: Reported, t: Tokens, valid_flat: torch.Tensor, n_valid_safe: torch.Tensor) -> None:
+    """The trainer/inference mismatch over the valid tokens (see the module's docstring)."""
+    log_ratio = torch.where(t.valid_bool, t.old_logprobs - t.rollout_logprobs, 0.0).clamp_(-SAFETY_BOUND, SAFETY_BOUND)
+    ratio = log_ratio.exp()
+    out.ratio("mismatch/kl_k1", -torch.dot(valid_flat, log_ratio.reshape(-1)), n_valid_safe, "token_mean")
+    out.ratio("mismatch/kl_k3", torch.dot(valid_flat, (ratio - 1.0 - log_ratio).reshape(-1)), n_valid_safe, "token_mean")
+    if ratio.numel():  # a shape, known on the host
+        out.add("mismatch/ratio_min", torch.where(t.valid_bool, ratio, math.inf).amin(), "min")
+        out.add("mismatch/ratio_max", torch.where(t.valid_bool, ratio, -math.inf).amax(), "max")
+    else:
+        out.add("mismatch/ratio_min", math.inf, "min")
+        out.add("mismatch/ratio_max", -math.inf, "max")
 
 
 def _threshold_metrics(out: Reported, prefix: str, mask, thr) -> None:

@@ -92,4 +92,4 @@ class BypassRejection(RolloutRejection):
     def describe(self) -> str:
         return super().describe().replace("rollout_rejection", "bypass_rejection", 1).replace(
             "r = pi_train(old)/pi_infer", "r = pi/pi_old (= pi/pi_rollout in bypass mode)"
-        )
+        ).replace("p = pi_train(old)(y_t), q = pi_infer(y_t)", "p = pi(y_t), q = pi_old(y_t) (= pi_rollout in bypass mode)")

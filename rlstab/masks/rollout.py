@@ -100,7 +100,22 @@ class IcePop(RolloutMask):
 
 
 Level = Literal["token", "sequence_sum", "sequence_mean", "sequence_max"]
-Divergence = Literal["k1", "k2", "k3"]
+Divergence = Literal["k1", "k2", "k3", "binary_kl", "binary_kl_rollout"]
+BINARY_KL_FLOOR = 1e-6
+BINARY_KL_TERMS = "D_B(a || b) = a log(a/b) + (1-a) log((1-a)/(1-b)), p = pi_train(old)(y_t), q = pi_infer(y_t)"
+
+
+def binary_kl(log_p: torch.Tensor, log_q: torch.Tensor, floor: float) -> torch.Tensor:
+    """``D_B(p||q) = p log(p/q) + (1-p) log((1-p)/(1-q))`` of the Bernoulli {sampled token, the rest}, p and q clamped to ``[floor, 1 - floor]``.
+
+    Computed from the log-probabilities, ``1 - p`` as ``-expm1(log p)``: in float32 ``1 - 1e-8``
+    rounds to 1, so the direct formula gives ``0 * log(0 / 0)`` = NaN for a token of probability
+    near 1 (and a comparison with NaN rejects it); here the clamp holds at any floor.
+    """
+    low, high = math.log(floor), math.log1p(-floor)
+    log_p, log_q = log_p.clamp(low, high), log_q.clamp(low, high)
+    log_rest_p, log_rest_q = torch.log(-torch.expm1(log_p)), torch.log(-torch.expm1(log_q))
+    return log_p.exp() * (log_p - log_q) + (-torch.expm1(log_p)) * (log_rest_p - log_rest_q)
 
 
 class RolloutRejection(RolloutMask):
@@ -111,7 +126,32 @@ class RolloutRejection(RolloutMask):
     - ``k1``: $\ell$ itself, kept iff $\log(\text{low}) \le \ell \le \log(\text{high})$: a band on
       the ratio $r$ (``low`` defaults to ``1/high``, veRL's reading of a single threshold);
     - ``k2``: $\tfrac12 \ell^2$, kept iff $\le$ ``high``;
-    - ``k3``: $e^{\ell} - 1 - \ell$, kept iff $\le$ ``high``.
+    - ``k3``: $e^{\ell} - 1 - \ell$, kept iff $\le$ ``high``;
+    - ``binary_kl`` (KPop): $\max\bigl(D_B(p\,\|\,q),\ D_B(q\,\|\,p)\bigr)$, kept iff $\le$ ``high`` ($\phi$), with
+      $p = \pi_{train}(y_t;\theta_{old})$, $q = \pi_{infer}(y_t)$ and the binary KL of the Bernoulli
+      {sampled token, every other token}
+      $D_B(p\|q) = p\log\frac{p}{q} + (1-p)\log\frac{1-p}{1-q}$;
+    - ``binary_kl_rollout``: $D_B(q\,\|\,p)$ alone, kept iff $\le$ ``high``: OpenRLHF 0.11.2's
+      ``is_correction_gating: binary_kl`` (``openrlhf/models/loss.py``, ``PolicyLoss.forward``).
+
+    Both binary-KL divergences clamp $p$ and $q$ to $[\epsilon, 1-\epsilon]$ first, so that a
+    probability of 0 or 1 gives a finite divergence; the divergence is computed from the
+    log-probabilities, $1-p$ as $-\mathrm{expm1}(\log p)$, so that the clamp holds in float32 (where
+    $1 - 10^{-8}$ rounds to 1 and AReaL's direct formula gives NaN, rejecting every token of
+    probability within $6\cdot10^{-8}$ of 1; rlstab keeps such a token when the two agree). ``binary_kl_floor`` $\epsilon$ is an option
+    because the implementations differ: $10^{-6}$ (the default) in prime-rl's KPop loss
+    (``src/prime_rl/trainer/rl/loss.py``, ``kpop_loss_fn``, branch ``feat/algo-ablations``) and
+    OpenRLHF; $10^{-8}$ in AReaL's ``compute_binary_kl_divergence``
+    (``areal/utils/functional/functional.py``). They differ only for probabilities within
+    $10^{-6}$ of 0 or 1.
+
+    KPop (Guo, Sun et al., Ant Group, "Taming Training-Inference Mismatch in Reinforcement
+    Learning with Adaptive Masking Regions", 2026; ringtech.notion.site/kpop) is this test at
+    ``token`` level: a band that is wide in ratio terms for rare tokens and tight for confident
+    ones. It is veRL's ``rollout_rs: binary_kl`` (verl-project/verl PR #6800, not in a release
+    yet) and AReaL's ``rejection_sampling.metric: binary_kl``; at ``sequence_*`` levels the
+    per-token divergence is summed, averaged or maximised like k2 and k3 (OpenRLHF's
+    ``is_correction_level: seq`` averages ``binary_kl_rollout``).
 
     ``level``: ``token`` tests each token; ``sequence_sum`` / ``sequence_mean`` test the sum / mean
     of the per-token statistic over the response and keep or reject the whole response
@@ -143,11 +183,14 @@ class RolloutRejection(RolloutMask):
     level: Level = "token"
     """Where the statistic is tested: each token, or the sum / mean / max over each response."""
     divergence: Divergence = "k1"
-    """k1: log-ratio band; k2: 0.5 (log r)^2; k3: r - 1 - log r."""
+    """k1: log-ratio band; k2: 0.5 (log r)^2; k3: r - 1 - log r; binary_kl: KPop's max of both binary KLs; binary_kl_rollout: D_B(pi_infer || pi_train)."""
     high: float = Field(gt=0.0)
-    """Upper bound: on the ratio (k1) or on the divergence (k2, k3). Required, as in veRL."""
+    """Upper bound: on the ratio (k1) or on the divergence (k2, k3, binary_kl). Required, as in veRL."""
     low: float | None = Field(None, ge=0.0)
     """k1 only: the lowest ratio kept; null means 1/high; 0: no lower bound (TRL's ``clip_min = None``)."""
+    binary_kl_floor: float | None = Field(None, gt=0.0, lt=0.5)
+    """binary_kl divergences only: probabilities are clamped to [floor, 1 - floor]; null means 1e-6 (prime-rl, OpenRLHF)."""
+    later_fields = ("binary_kl_floor",)
 
     @model_validator(mode="after")
     def _bounds(self):
@@ -155,13 +198,25 @@ class RolloutRejection(RolloutMask):
             raise ValueError(f"low applies to k1 only; {self.divergence} has an upper bound only")
         if self.divergence == "k1" and self.low is not None and self.low > self.high:
             raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        if self.binary_kl_floor is not None and not self.divergence.startswith("binary_kl"):
+            raise ValueError(f"binary_kl_floor applies to the binary_kl divergences only, not {self.divergence}")
         return self
 
     def _band(self) -> tuple[float, float]:
         low = 1.0 / self.high if self.low is None else self.low
         return (math.log(low) if low > 0 else -math.inf), math.log(self.high)
 
-    def _statistic(self, log_ratio: torch.Tensor) -> torch.Tensor:
+    def _statistic(self, t: Tokens) -> torch.Tensor:
+        """The per-token statistic, 0 on padding."""
+        if self.divergence.startswith("binary_kl"):
+            floor = BINARY_KL_FLOOR if self.binary_kl_floor is None else self.binary_kl_floor
+            train, infer = t.old_logprobs, t.rollout_logprobs
+            stat = binary_kl(infer, train, floor)
+            if self.divergence == "binary_kl":
+                stat = torch.maximum(stat, binary_kl(train, infer, floor))
+            # where, not a multiply: padding may hold anything (inf * 0 is NaN)
+            return torch.where(t.batch.response_mask, stat, 0.0)
+        log_ratio = rollout_log_ratio(t)
         if self.divergence == "k1":
             return log_ratio
         if self.divergence == "k2":
@@ -176,7 +231,7 @@ class RolloutRejection(RolloutMask):
 
     def keep(self, t: Tokens, threshold) -> torch.Tensor:
         response = t.batch.response_mask
-        stat = self._statistic(rollout_log_ratio(t))  # 0 on padding
+        stat = self._statistic(t)  # 0 on padding
         if self.level == "token":
             return self._passes(stat).to(torch.float32)
         if self.level == "sequence_max":
@@ -195,14 +250,18 @@ class RolloutRejection(RolloutMask):
             stat = {"token": "r", "sequence_sum": "prod_t r", "sequence_mean": "exp(mean_t log r)", "sequence_max": "r"}
         else:
             test = f"<= {self.high:g}"
-            k = "0.5 (log r)^2" if self.divergence == "k2" else "r - 1 - log r"
+            k = {"k2": "0.5 (log r)^2", "k3": "r - 1 - log r", "binary_kl_rollout": "D_B(q || p)",
+                 "binary_kl": "max(D_B(p || q), D_B(q || p))"}[self.divergence]
             stat = {"token": k, "sequence_sum": f"sum_t {k}", "sequence_mean": f"mean_t {k}", "sequence_max": k}
         subject = "every token of the response has" if self.level == "sequence_max" else (
             "the token has" if self.level == "token" else "the response has")
         fate = "padding (leave every denominator)" if self.acts_on_valid else "masked"
+        floor = self.binary_kl_floor or BINARY_KL_FLOOR
+        defined = (f"{BINARY_KL_TERMS}, both clamped to [{floor:g}, 1 - {floor:g}]"
+                   if self.divergence.startswith("binary_kl") else "r = pi_train(old)/pi_infer")
         return (
             f"rollout_rejection ({self.divergence}, {self.level}): keep iff {subject} {stat[self.level]} {test}, "
-            f"r = pi_train(old)/pi_infer; rejected tokens are {fate}"
+            f"{defined}; rejected tokens are {fate}"
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, model_validator
 
 from rlstab.lazy import torch
 from rlstab.reweighters.base import Reweighter
@@ -41,27 +41,24 @@ class TruncatedIS(Reweighter):
 
     TRL exponentiates the (sequence-summed) log-ratio without a clamp; rlstab clamps at
     $\pm 20$, which changes nothing while $C < e^{20}$.
+
+    ``cap: null`` leaves the ratio untruncated: the token weight that ``seq_mask_tis`` keeps
+    (NeMo-RL's and OpenRLHF's "non-truncated token-level IS correction") and the sequence weight of
+    ``seq_mis``. Only a mask in front of it (a band on the ratio) then bounds it.
     """
 
     kind: Literal["tis"] = "tis"
     level: Literal["token", "sequence"] = "token"
     """``token``: one ratio per token; ``sequence``: the product over the response."""
-    cap: float = Field(2.0, gt=0.0)
-    """Truncation C."""
+    cap: float | None = Field(2.0, gt=0.0)
+    """Truncation C; null: none (the plain importance weight, as seq-mask-tis keeps it)."""
     floor: float | None = Field(None, ge=0.0)
     """Lower clamp C_min of the ratio (TRL's ``vllm_importance_sampling_clip_min``); null: none."""
-
-    @model_serializer(mode="wrap")
-    def _without_unset_floor(self, handler):
-        # floor came later: absent while unset, so an objective keeps its fingerprint (and lab folders resume)
-        data = handler(self)
-        if self.floor is None and isinstance(data, dict):
-            data.pop("floor", None)
-        return data
+    later_fields = ("floor",)
 
     @model_validator(mode="after")
     def _floor_below_cap(self):
-        if self.floor is not None and self.floor > self.cap:
+        if self.floor is not None and self.cap is not None and self.floor > self.cap:
             raise ValueError(f"floor ({self.floor}) must not exceed cap ({self.cap})")
         return self
 
@@ -72,10 +69,13 @@ class TruncatedIS(Reweighter):
         log_ratio = torch.where(t.valid_bool, t.old_logprobs - t.rollout_logprobs, 0.0)
         if self.level == "sequence":
             log_ratio = log_ratio.sum(-1, keepdim=True)
-        return log_ratio.clamp_(-20.0, 20.0).exp_().clamp_(min=self.floor, max=self.cap)
+        w = log_ratio.clamp_(-20.0, 20.0).exp_()
+        return w if self.floor is None and self.cap is None else w.clamp_(min=self.floor, max=self.cap)
 
     def describe(self) -> str:
         ratio = "pi_train(old)/pi_infer(old)" if self.level == "token" else "prod_t pi_train(old)/pi_infer(old)"
+        if self.cap is None:
+            return f"tis ({self.level}): w = {ratio}" + ("" if self.floor is None else f", at least {self.floor:g}")
         if self.floor is None:
             return f"tis ({self.level}): w = min({ratio}, {self.cap:g})"
         return f"tis ({self.level}): w = clip({ratio}, {self.floor:g}, {self.cap:g})"

@@ -22,14 +22,19 @@ from step_worker import take
 
 def by_names(parts: list[dict[str, float]]) -> dict[str, float]:
     """The aggregation by names the embedded trainer used before the kinds (its ``aggregate_metrics``), written
-    out: counts and losses add, step values are the first's, the rest weighted by valid tokens."""
+    out: counts and losses add, step values are the first's, the rest weighted by valid tokens; and the names
+    that came with the kinds: the silenced tokens by sign (counts), the mismatch ratio's extremes."""
     out = {}
     for name in dict.fromkeys(k for m in parts for k in m):
         have = [m for m in parts if name in m]
         values = [m[name] for m in have]
-        if name in ("tokens/valid", "tokens/kept", "loss") or name.endswith(("/kept", "/silenced")) or name.startswith(
-            "loss/"
-        ):
+        if name == "mismatch/ratio_min":
+            out[name] = min(values)
+        elif name == "mismatch/ratio_max":
+            out[name] = max(values)
+        elif name in ("tokens/valid", "tokens/kept", "loss") or name.endswith(
+            ("/kept", "/silenced", "/silenced_positive", "/silenced_negative")
+        ) or name.startswith("loss/"):
             out[name] = sum(values)
         elif name in ("step/tokens_valid", "step/tokens_kept", "step/branch_tokens_valid", "step/branch_responses") or (
             name.endswith("threshold")

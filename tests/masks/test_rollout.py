@@ -1,4 +1,4 @@
-"""Rollout-mismatch masks (IcePop, rejection by k1/k2/k3 at four levels, the veto), hand-computed."""
+"""Rollout-mismatch masks (IcePop, rejection by k1/k2/k3/binary KL at four levels, the veto), hand-computed."""
 
 import math
 
@@ -231,6 +231,10 @@ def test_micro_batches_equal_the_whole_step_with_rejection():
         ({"kind": "icepop", "low": 6.0}, r"low \(6\.0\) must not exceed high \(5\.0\)"),
         ({"kind": "icepop", "rejected": "dropped"}, r"masks\[0\]\.rejected = 'dropped'"),
         ({"kind": "rollout_veto", "threshold": 1.0}, r"masks\[0\]\.threshold = 1\.0"),
+        ({"kind": "rollout_rejection", "high": 2.0, "binary_kl_floor": 1e-8}, r"binary_kl_floor applies to the binary_kl"),
+        ({"kind": "rollout_rejection", "divergence": "binary_kl", "high": 0.1, "binary_kl_floor": 0.5},
+         r"masks\[0\]\.binary_kl_floor = 0\.5"),
+        ({"kind": "rollout_rejection", "divergence": "binary_kl", "high": 0.1, "low": 0.01}, r"low applies to k1 only"),
     ],
 )
 def test_bad_fields_are_refused_with_their_path(mask, message):
@@ -255,3 +259,61 @@ def test_zero_low_bound_keeps_every_small_ratio():
     assert keep(seq, batch) == [[1, 1, 1, 1, 1]]
     # rows with products 2.5 (kept) and 3.5 (rejected)
     assert keep(seq, ratios_batch([[2.5, 1.0], [3.5, 1.0]])) == [[1, 1], [0, 0]]
+
+
+# ---------------------------------------------------------------- binary KL (KPop)
+
+
+def probabilities_batch(train, infer, mask=None):
+    """On-policy batch whose trainer and inference probabilities of the sampled tokens are ``train`` and ``infer``."""
+    old = torch.tensor(train, dtype=torch.float64).log().float()
+    rollout = torch.tensor(infer, dtype=torch.float64).log().float()
+    mask = torch.ones(old.shape, dtype=torch.bool) if mask is None else torch.tensor(mask)
+    return rlstab.TokenBatch(logprobs=old.clone().requires_grad_(), old_logprobs=old, rollout_logprobs=rollout,
+                             response_mask=mask, advantages=torch.ones(old.shape[0]))
+
+
+def test_binary_kl_takes_the_larger_direction_and_binary_kl_rollout_one():
+    # D_B(a||b) = a ln(a/b) + (1-a) ln((1-a)/(1-b)); p = pi_train(old), q = pi_infer:
+    # p = 0.02, q = 0.01: D_B(p||q) = 0.02 ln 2 + 0.98 ln(0.98/0.99) = 0.0138629 - 0.0099494 = 0.0039136
+    #                     D_B(q||p) = 0.01 ln 0.5 + 0.99 ln(0.99/0.98) = -0.0069315 + 0.0100509 = 0.0031194
+    # p = 0.015, q = 0.01: 0.0010946 and 0.0009580, both below 0.0035
+    batch = ratios_batch([[2.0, 1.5, 1.0]])  # q = 0.01, p = 0.01 r
+    assert keep({"kind": "rollout_rejection", "divergence": "binary_kl", "high": 0.0035}, batch) == [[0, 1, 1]]
+    # OpenRLHF's direction alone, D_B(q||p) = 0.0031194 <= 0.0035: kept
+    assert keep({"kind": "rollout_rejection", "divergence": "binary_kl_rollout", "high": 0.0035}, batch) == [[1, 1, 1]]
+    assert keep({"kind": "rollout_rejection", "divergence": "binary_kl_rollout", "high": 0.003}, batch) == [[0, 1, 1]]
+
+
+def test_binary_kl_is_tight_for_confident_tokens_where_the_ratio_is_not():
+    # p = 0.95, q = 0.9 (ratio 1.056, inside any usual ratio band):
+    #   D_B(p||q) = 0.95 ln(0.95/0.9) + 0.05 ln(0.05/0.1) = 0.0513638 - 0.0346574 = 0.0167065
+    #   D_B(q||p) = 0.9 ln(0.9/0.95) + 0.1 ln(0.1/0.05) = -0.0486605 + 0.0693147 = 0.0206542
+    # p = 0.0002, q = 0.0001 (ratio 2): D_B(p||q) = 0.0002 ln 2 - 0.9998 ln(0.9999/0.9998) ~ 3.9e-5
+    batch = probabilities_batch([[0.95, 0.0002]], [[0.9, 0.0001]])
+    assert keep({"kind": "rollout_rejection", "divergence": "binary_kl", "high": 0.02}, batch) == [[0, 1]]
+    assert keep({"kind": "rollout_rejection", "divergence": "binary_kl", "high": 0.021}, batch) == [[1, 1]]
+    assert keep({"kind": "icepop", "low": 0.5, "high": 1.5}, batch) == [[1, 0]]  # the ratio band: the opposite
+
+
+def test_binary_kl_floor_keeps_a_certain_token_finite_and_is_an_option():
+    # p = 1 (log-prob 0), q = 0.9. Clamped to 1 - 1e-6: D_B(q||p) = 0.9 ln(0.9/(1-1e-6)) + 0.1 ln(0.1/1e-6)
+    #   = -0.0948236 + 1.1512925 = 1.0564689, above D_B(p||q) = 0.1053479: kept at 1.2.
+    # Clamped to 1 - 1e-8 (AReaL): -0.0948245 + 0.1 ln(0.1/1e-8) = -0.0948245 + 1.6118096 = 1.5169851: rejected.
+    # Third token: p = q = 1, D = 0 at either floor (in float32 1 - 1e-8 rounds to 1: the direct formula's 0 log(0/0)
+    # would be NaN and reject it).
+    batch = probabilities_batch([[1.0, 0.9, 1.0]], [[0.9, 0.9, 1.0]])
+    mask = {"kind": "rollout_rejection", "divergence": "binary_kl", "high": 1.2}
+    assert keep(mask, batch) == [[1, 1, 1]]
+    assert keep({**mask, "binary_kl_floor": 1e-8}, batch) == [[0, 1, 1]]
+
+
+def test_binary_kl_sequence_mean_and_padding():
+    # row 0: tokens with max D_B 0.0039136 (r = 2) and 0.0010946 (r = 1.5): mean 0.0025041
+    # row 1: r = 2 only, its second token padding (holding r = 1000, which would dominate)
+    batch = ratios_batch([[2.0, 1.5], [2.0, 1000.0]], mask=[[True, True], [True, False]])
+    seq = {"kind": "rollout_rejection", "divergence": "binary_kl", "level": "sequence_mean", "high": 0.003}
+    assert keep(seq, batch) == [[1, 1], [0, 0]]
+    assert keep({**seq, "level": "sequence_max"}, batch) == [[0, 0], [0, 0]]
+    assert keep({**seq, "level": "sequence_sum", "high": 0.004}, batch) == [[0, 0], [1, 0]]
+

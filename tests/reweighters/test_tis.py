@@ -11,9 +11,9 @@ OLD = torch.tensor([[0.5, 0.5], [0.5, 0.2]])
 ROLLOUT = torch.tensor([[0.4, 0.1], [0.5, 0.25]])
 
 
-def loss(level):
+def loss(level, cap=2.0):
     objective = rlstab.load({
-        "reweighters": [{"kind": "tis", "level": level, "cap": 2.0}],
+        "reweighters": [{"kind": "tis", "level": level, "cap": cap}],
         "surrogate": {"kind": "none"},
         "aggregation": {"kind": "token-sum", "count": "valid"},
     })
@@ -33,6 +33,15 @@ def test_token_level():
 def test_sequence_level():
     # row 0: 1.25 * 5 = 6.25 -> 2 on both tokens; row 1: 1 * 0.8 = 0.8 on both: -(2 * 2 + 2 * 0.8) = -5.6
     assert loss("sequence") == pytest.approx(-5.6)
+
+
+def test_null_cap_leaves_the_ratio_untruncated():
+    # token: -(1.25 + 5 + 1 + 0.8) = -8.05; sequence: row 0 6.25 on both tokens, row 1 0.8: -(12.5 + 1.6) = -14.1
+    assert loss("token", cap=None) == pytest.approx(-8.05)
+    assert loss("sequence", cap=None) == pytest.approx(-14.1)
+    objective = rlstab.load({"extends": "grpo", "reweighters": [{"kind": "tis", "cap": None}]})
+    assert objective.reweighters[0].describe() == "tis (token): w = pi_train(old)/pi_infer(old)"
+    assert rlstab.load(objective.to_yaml()) == objective  # the null survives the YAML (the default is 2)
 
 
 def test_needs_rollout_logprobs():

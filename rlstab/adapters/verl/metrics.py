@@ -19,6 +19,8 @@ the step's ``step/tokens_valid``:
   ``SUM`` of ``x * n * R / N``, so the step's value is ``sum x n / N``, weighted by tokens.
 - ``step`` (a threshold, a denominator): left a ``MEAN``; it is the same in every micro-batch of
   the step, so the mean is that value.
+- ``min``, ``max`` (``mismatch/ratio_min``): veRL's ``MIN`` / ``MAX``, its extreme over every
+  micro-batch of every rank, with or without the step's counts.
 
 Without the step's counts (a micro-batch is its own step, as in veRL, which then averages its own
 ``actor/pg_loss`` too) every metric stays a mean over micro-batches. veRL's standard names,
@@ -57,19 +59,21 @@ def verl_metrics(metrics: Metrics | dict[str, float]) -> dict[str, float]:
 def step_combined(metrics: Metrics, info: dict) -> dict:
     """The ``actor/rlstab/`` metrics that veRL must reduce otherwise than by a mean, as veRL ``Metric``s.
 
-    ``info``: veRL's ``config.global_batch_info`` (``dp_size``, ``batch_num_tokens``, ...); {} when it
-    gives no step counts (see the module's docstring for each kind's form).
+    ``info``: veRL's ``config.global_batch_info`` (``dp_size``, ``batch_num_tokens``, ...); when it
+    gives no step counts, only the extremes (see the module's docstring for each kind's form).
     """
     from verl.utils.metric import AggregationType, Metric
 
+    extremes = {"min": AggregationType.MIN, "max": AggregationType.MAX}
+    out = {PREFIX + name: Metric(extremes[metrics.combines(name)], value)
+           for name, value in metrics.items() if metrics.combines(name) in extremes}
     if not is_global(info):
-        return {}
+        return out
     ranks = int(info.get("dp_size") or 1)
     weight = metrics["tokens/valid"] * ranks / (metrics["step/tokens_valid"] or 1.0)
-    out = {}
     for name, value in metrics.items():
         kind = metrics.combines(name)
-        if name == "loss" or kind == "step":
+        if name == "loss" or kind in ("step", "min", "max"):
             continue
         if kind == "sum":
             value = value if name.startswith(LOSS_TERMS) else value * ranks

@@ -8,6 +8,7 @@ set, dp_size > 1) and importance-sampling corrections, and compares all five ret
 import pytest
 import torch
 
+import rlstab
 from rlstab.adapters.openrlhf import RlstabPolicyLoss
 
 from openrlhf_batches import openrlhf_policy_loss, random_micro_batch
@@ -126,3 +127,49 @@ def test_the_batches_hit_every_branch():
         loss, _, _ = pair("ppo", True, correction)
         (_, _, _, _, filtered), _ = run(loss, random_micro_batch(1), {})
         assert 0 < filtered.item() < 1, correction
+
+
+# OpenRLHF's is_correction_* options as rlstab objectives of their own, compared with the adapter's
+# correction neutral (clip mode, threshold 1 1: coefficient 1, and rollout_log_probs still passed).
+NEUTRAL = {"is_correction_level": "token", "is_correction_mode": "clip", "is_correction_threshold": (1.0, 1.0)}
+GATES = {
+    # case: (rlstab mask, OpenRLHF's correction, rollout log-prob noise)
+    "seq_mask_tis": (None, {"is_correction_level": "seq", "is_correction_threshold": [0.999, 1.002]}, 0.003),
+    "binary-kl-token": ({"level": "token", "divergence": "binary_kl_rollout", "high": 0.004},
+                        {"is_correction_level": "token", "is_correction_gating": "binary_kl",
+                         "is_correction_threshold": [0.0, 0.004]}, 0.6),
+    "binary-kl-seq": ({"level": "sequence_mean", "divergence": "binary_kl_rollout", "high": 0.003},
+                      {"is_correction_level": "seq", "is_correction_gating": "binary_kl",
+                       "is_correction_threshold": [0.0, 0.003]}, 0.6),
+}
+
+
+@pytest.mark.parametrize("case", list(GATES))
+def test_rollout_gates_match_openrlhf_is_correction(case):
+    """seq_mask_tis (the preset) and the binary_kl_rollout rejection against OpenRLHF's own gates.
+
+    OpenRLHF's mask mode keeps a unit iff its statistic lies in the band and then weights each kept
+    token by its untruncated ratio pi_train(old)/pi_rollout, rejected tokens staying in the
+    denominators: rlstab's rollout_rejection (rejected: masked) with tis (cap: null).
+    """
+    mask, correction, noise = GATES[case]
+    if mask is None:
+        preset = rlstab.load(case)
+        masks, reweighters = [m.model_dump() for m in preset.masks], [w.model_dump() for w in preset.reweighters]
+    else:
+        masks, reweighters = [{"kind": "rollout_rejection", "rejected": "masked", **mask}], [{"kind": "tis", "cap": None}]
+    objective = {"extends": "grpo", "surrogate": {"dual_clip": None}, "masks": masks, "reweighters": reweighters}
+    ours = RlstabPolicyLoss(objective=objective, step_statistics="local", **NEUTRAL)
+    theirs = openrlhf_policy_loss(**correction)
+    filtered = []
+    for seed in range(3):
+        inputs = random_micro_batch(seed)
+        g = torch.Generator().manual_seed(100 + seed)
+        rollout = inputs["old_log_probs"] + noise * torch.randn(inputs["old_log_probs"].shape, generator=g)
+        inputs["rollout_log_probs"] = rollout.clamp(max=-1e-3) * inputs["action_mask"]
+        (loss, *_), grad = run(ours, inputs, COUNTS["global"])
+        (ref_loss, _, _, _, ref_filter), ref_grad = run(theirs, inputs, COUNTS["global"])
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(grad, ref_grad, rtol=1e-6, atol=1e-6)
+        filtered.append(ref_filter.item())
+    assert 0 < max(filtered) and min(filtered) < 1  # the gate rejects some units, not all

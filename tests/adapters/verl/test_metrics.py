@@ -73,3 +73,20 @@ def test_step_values_and_the_loss_read_as_veRL_reads_them():
     assert m["actor/rlstab/step/tokens_valid"] == pytest.approx(22.0)
     # The policy term, already multiplied by the ranks' number on each rank, reads as veRL's own actor/pg_loss.
     assert m["actor/rlstab/loss/policy"] == pytest.approx(m["actor/pg_loss"], abs=1e-7)
+
+
+@pytest.mark.parametrize("info", [{}, {"dp_size": 2, "batch_num_tokens": 10, "global_batch_size": 2}])
+def test_extremes_reduce_as_veRL_min_and_max(info):
+    """A ``min``/``max`` metric becomes veRL's MIN/MAX, with or without the step's counts: the extreme over
+    every micro-batch of every rank (here two ranks of one micro-batch each)."""
+    from rlstab.adapters.verl.metrics import step_combined
+    from rlstab.metrics import Metrics
+
+    def rank(lo, hi):
+        names = ["tokens/valid", "step/tokens_valid", "mismatch/ratio_min", "mismatch/ratio_max"]
+        return step_combined(Metrics(names, [5.0, 10.0, lo, hi], kinds=["sum", "step", "min", "max"]), info)
+
+    ranks = [rank(0.5, 2.0), rank(0.25, 1.5)]
+    name = "actor/rlstab/mismatch/ratio_min"
+    assert Metric.aggregate_dp([r[name] for r in ranks]) == 0.25
+    assert Metric.aggregate_dp([r["actor/rlstab/mismatch/ratio_max"] for r in ranks]) == 2.0

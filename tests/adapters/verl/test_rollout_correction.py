@@ -10,6 +10,8 @@ sequence TIS, IcePop, and the K3-RS + token-TIS combination of the ``recipe-2026
 every ``agg_loss`` mode.
 """
 
+import math
+
 import pytest
 import torch
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
@@ -136,3 +138,43 @@ def test_k3_rejection_with_token_tis_matches_verl(mode):
         ours = rlstab_side(x, mode, masks=[rejection], reweighters=[tis.model_dump()])
         assert_same(ours, theirs)
         assert 0 < theirs[3]["rollout_corr/rollout_rs_seq_masked_fraction"] < 1
+
+
+def preset_side(x, mode, name):
+    preset = rlstab.load(name)
+    return rlstab_side(x, mode, masks=[m.model_dump() for m in preset.masks],
+                       reweighters=[w.model_dump() for w in preset.reweighters])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_seq_tis_preset_matches_verl_decoupled_seq_is(mode):
+    """seq_tis: verl's RolloutCorrectionConfig.decoupled_seq_is() (rollout_is sequence, threshold 2.0)."""
+    truncated = []
+    for seed in range(3):
+        x = inputs(seed, noise=0.3)
+        theirs = verl_side(x, mode, rollout_is="sequence", is_threshold=2.0)
+        assert_same(preset_side(x, mode, "seq_tis"), theirs)
+        log_ratio = ((x["old_log_prob"] - x["rollout_log_prob"]) * x["response_mask"]).sum(-1)
+        truncated += (log_ratio.exp() > 2.0).tolist()
+    assert 0 < sum(truncated) < len(truncated)  # the cap binds on some responses, not on all
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_seq_mis_preset_matches_verl_geo_rejection_with_the_untruncated_sequence_weight(mode):
+    """seq_mis: verl's seq_mean_k1 rejection in [0.999, 1.001] (decoupled_geo_rs) and rollout_is sequence.
+
+    verl truncates every IS weight; a threshold above every sequence ratio of these batches is the
+    untruncated weight seq_mis takes. verl tests the geometric mean of 1/r against the band, rlstab of r:
+    for [0.999, 1.001] they differ only for a mean log-ratio in (log 0.999, -log 1.001), asserted empty here.
+    """
+    rejected = []
+    for seed in range(3):
+        x = inputs(seed, noise=0.002)  # geometric means within a few 1e-3 of 1: the band keeps some, rejects some
+        log_ratio = ((x["old_log_prob"] - x["rollout_log_prob"]) * x["response_mask"]).sum(-1)
+        assert log_ratio.exp().max() < 1e3
+        mean = log_ratio / x["response_mask"].sum(-1).clamp(min=1)
+        assert not ((mean > math.log(0.999)) & (mean < -math.log(1.001))).any()
+        theirs = verl_side(x, mode, rollout_is="sequence", is_threshold=1e3, rs="seq_mean_k1", rs_threshold="0.999_1.001")
+        assert_same(preset_side(x, mode, "seq_mis"), theirs)
+        rejected.append(theirs[3]["rollout_corr/rollout_rs_masked_fraction"])
+    assert 0 < max(rejected) and min(rejected) < 1
