@@ -223,18 +223,45 @@ def test_the_smollm2_counterfactual_is_its_stored_audit():
     assert state["held_out_problems"] == 13 and in_page("`add1` holds 13 held-out problems")
 
 
-def test_the_smollm2_second_state_is_its_stopped_runs_log():
-    """The second state was stopped unfinished: what the page says of it is its log's (stored as it was printed)."""
-    log = (ROOT / "docs" / "audits" / "counterfactual-smollm2-seed1-stopped.log").read_text().splitlines()
-    head = re.fullmatch(r"counterfactual: seed1/step10: (\d+) tokens, (\d+) with A > 0, the mask silences (\d+); "
-                        r"(\d+) updates", log[1])
-    tokens, positive, silenced, updates = map(int, head.groups())
-    drawn = int(re.fullmatch(r"counterfactual: seed1/step10: null draw (\d+)/50 \(\d+ s\)", log[-1]).group(1))
-    assert in_page(f"S2T silences {silenced} of its batch's {tokens} response tokens ({positive} with A > 0)")
-    assert in_page(f"(at {drawn} of its 50 draws)") and in_page(f"each of its {updates} updates")
-    assert updates == 50 + 4  # the all-tokens update, its repeat, the mask, probability-only, then the null
+def test_the_smollm2_second_state_is_its_stored_audit():
+    """The second state's p-values from its stored null, its tables and the prose's numbers."""
+    from rlstab.demo.counterfactual_report import first_order_line, first_order_table, measure_table, states_table, tokens_line
+
+    cf = json.loads((ROOT / "docs" / "audits" / "counterfactual-smollm2-seed1.json").read_text())
+    s = cf["settings"]
+    assert (s["prompts"], s["null_draws"], cf["objective"]) == (32, 50, "stapo-0.05")
+    (run,) = cf["source"]["runs"]
+    assert (run["seed"], run["regime"], run["objective"], run["steps"]) == (1, "small-lm-collapse", "dapo-shadow", [10])
+    (state,) = cf["states"]
+    assert (state["tokens"], state["positive_tokens"], state["silenced"], state["silenced_tokens"]) == (682, 96, 1, {"7": 1})
+    assert state["restore_check"] == 0.0 and state["probability_only_overlap"] == 1
+    for arm in ("mask", "probability_only"):
+        for m in MEASURES:
+            x0, null = state["arms"][arm][m], state["null"][m]
+            assert len(null) == 50 and state["tests"][arm][m]["p"] == two_sided_p(x0, null)
+    # one null draw is the mask's own token: equal on every measure
+    assert all(sum(v == state["arms"]["mask"][m] for v in state["null"][m]) >= 1 for m in MEASURES)
+    assert in_page(f"{1 - (95 / 96) ** 50:.2f}") and in_page(f"2/51 = {2 / 51:.3g}, not 1/51")
+    ps = {m: state["tests"]["mask"][m]["p"] for m in MEASURES}
+    holm, running = {}, 0.0
+    for i, m in enumerate(sorted(MEASURES, key=ps.get)):  # Holm's step-down over the six measures
+        running = max(running, min(1.0, (len(MEASURES) - i) * ps[m]))
+        holm[m] = running
+    for m in MEASURES:
+        assert cf["combined"]["mask"][m]["p_holm"] == pytest.approx(holm[m], rel=1e-9)
+    assert in_page(f"Holm over the six measures gives {min(holm.values()):.3g} at best ({min(ps.values()):.3g} x 6)")
+    for table in (states_table(cf), tokens_line(cf), measure_table(cf, "entropy_change"), measure_table(cf, "update_angle"),
+                  first_order_table(cf), first_order_line(cf)):
+        assert in_page(table), table.splitlines()[0]
+    all_tokens, mask = state["arms"]["all_tokens"], state["arms"]["mask"]
+    change = mask["entropy_change"] - all_tokens["entropy_change"]
+    assert in_page(f"lowers the held-out entropy by {-all_tokens['entropy_change']:.3g} nats; without the `7` it falls "
+                   f"by {-change:.2g} nats more")
+    assert in_page(f"The update turns by {mask['update_angle']:.3g}°")
+    assert in_page(f"3314 s for its 54 updates") and round(state["seconds"]) == 3314
+    assert in_page(f"$c_S = {state['first_order']['covariance']:.3g} < 0$")
     # one state's smallest two-sided p at K = 50 is 1/51; Holm's first step over six measures is 0.05/6
-    assert in_page(f"1/51 = {1 / 51:.3g}, is above the first step's 0.05/6 = {0.05 / 6:.2g}")
+    assert in_page(f"0.05/6 = {0.05 / 6:.2g}: its smallest possible p, 1/51 = {1 / 51:.3g}, is above it")
 
 
 def _mechanism_along():
