@@ -8,7 +8,8 @@ Names (``<label>``: a component's kind, suffixed with its position when the kind
   (token_mean); its step threshold(s) (step), ``/entropy_threshold`` or an expression's
   ``/quantile_...``, a ``random_silence``'s ``/target`` and ``/candidates``.
 - ``shadow/<label>/kept``, ``/silenced``, ``/silenced_positive``, ``/silenced_negative`` (sum),
-  ``/kept_fraction`` (token_mean), its threshold(s) (step): the same for a shadow mask (``shadow_masks``: measured over the valid tokens, not acting).
+  ``/kept_fraction`` (token_mean), its threshold(s) (step): the same for a shadow mask
+  (``shadow_masks``: measured over the valid tokens, not acting).
 - ``reweight/<label>/mean`` (token_mean): the factor's mean over kept tokens; the reweighter's
   step values ``reweight/<label>/<name>`` (step); the surrogate's ``surrogate/<name>`` (step).
 - ``loss/policy``, ``loss/<regulariser label>`` (the term without its coefficient), ``loss`` (sum).

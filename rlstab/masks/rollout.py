@@ -138,8 +138,9 @@ class RolloutRejection(RolloutMask):
     probability of 0 or 1 gives a finite divergence; the divergence is computed from the
     log-probabilities, $1-p$ as $-\mathrm{expm1}(\log p)$, so that the clamp holds in float32 (where
     $1 - 10^{-8}$ rounds to 1 and AReaL's direct formula gives NaN, rejecting every token of
-    probability within $6\cdot10^{-8}$ of 1; rlstab keeps such a token when the two agree). ``binary_kl_floor`` $\epsilon$ is an option
-    because the implementations differ: $10^{-6}$ (the default) in prime-rl's KPop loss
+    probability within $6\cdot10^{-8}$ of 1; rlstab keeps such a token when the two agree).
+    ``binary_kl_floor`` $\epsilon$ is an option because the implementations differ: $10^{-6}$ (the
+    default) in prime-rl's KPop loss
     (``src/prime_rl/trainer/rl/loss.py``, ``kpop_loss_fn``, branch ``feat/algo-ablations``) and
     OpenRLHF; $10^{-8}$ in AReaL's ``compute_binary_kl_divergence``
     (``areal/utils/functional/functional.py``). They differ only for probabilities within
