@@ -21,8 +21,8 @@ those kinds, so that no consumer parses metric names to decide:
   (``tokens/kept_fraction``, ``approx_kl``): weighted by each micro-batch's valid tokens,
   ``sum_k x_k n_k / sum_k n_k`` with ``n_k`` its ``tokens/valid`` (0 when no micro-batch has one).
 - ``"min"``, ``"max"``: an extreme over a micro-batch's valid tokens (``mismatch/ratio_min``):
-  ``min_k x_k``, ``max_k x_k``. A micro-batch without a valid token reports the operation's
-  identity (``inf``, ``-inf``), which changes no other micro-batch's value.
+  ``min_k x_k``, ``max_k x_k`` over the micro-batches with a valid token (a micro-batch without one
+  reports a finite placeholder, left out; when none has one, the first part's value).
 """
 
 from __future__ import annotations
@@ -47,6 +47,12 @@ values do not (``rlstab.trainer.loop.combine_updates``)."""
 
 EXTREMES = {"min": min, "max": max}
 """The kinds that combine as an extreme of the parts' values, with the function that takes it."""
+
+
+def extreme(kind: str, values: Sequence[float], valid: Sequence[float]) -> float:
+    """``min`` or ``max`` (``kind``) of the values of the parts with valid tokens; the first value when none has one."""
+    measured = [v for v, n in zip(values, valid) if n > 0]
+    return EXTREMES[kind](measured) if measured else values[0]
 
 
 class Element(NamedTuple):
@@ -194,7 +200,7 @@ def combine(parts: Sequence[Metrics]) -> dict[str, float]:
     Each metric combines by its kind (``Metrics.combines``): ``"sum"`` adds the parts' values
     (Python ``sum``, in order), ``"step"`` takes the first part's, ``"token_mean"`` is
     ``sum(x_k * n_k) / (sum(n_k) or 1.0)`` with ``n_k`` the part's ``tokens/valid``, ``"min"`` and
-    ``"max"`` the parts' extreme. A metric
+    ``"max"`` the extreme over the parts with a valid token. A metric
     that some parts lack (a threshold of a micro-batch whose groups dynamic sampling all dropped)
     is combined over the parts that have it. Names come in the order they first appear.
     """
@@ -211,7 +217,7 @@ def combine(parts: Sequence[Metrics]) -> dict[str, float]:
         elif kind == "step":
             out[name] = values[0]
         elif kind in EXTREMES:
-            out[name] = EXTREMES[kind](values)
+            out[name] = extreme(kind, values, [part["tokens/valid"] for part in have])
         else:
             weights = [part["tokens/valid"] for part in have]
             out[name] = sum(v * w for v, w in zip(values, weights)) / (sum(weights) or 1.0)

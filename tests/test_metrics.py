@@ -190,10 +190,14 @@ def test_step_counts_have_a_public_home_and_are_what_the_loss_reports_as_the_ste
 
 
 def test_combine_takes_the_extremes_of_min_and_max_metrics():
-    # micro-batch ratios within [0.5, 2], [0.25, 1.5] and none (an empty micro-batch's identities inf, -inf)
-    parts = [Metrics(["tokens/valid", "mismatch/ratio_min", "mismatch/ratio_max"], [n, lo, hi], kinds=["sum", "min", "max"])
-             for n, lo, hi in ((4.0, 0.5, 2.0), (6.0, 0.25, 1.5), (0.0, math.inf, -math.inf))]
-    out = combine(parts)
+    # micro-batch ratios within [0.5, 2], [0.25, 1.5] and none (its placeholder 3, left out)
+    def parts(*rows):
+        return [Metrics(["tokens/valid", "mismatch/ratio_min", "mismatch/ratio_max"], [n, lo, hi], kinds=["sum", "min", "max"])
+                for n, lo, hi in rows]
+
+    out = combine(parts((4.0, 0.5, 2.0), (0.0, 3.0, 3.0), (6.0, 0.25, 1.5)))
     assert (out["mismatch/ratio_min"], out["mismatch/ratio_max"]) == (0.25, 2.0)
+    out = combine(parts((0.0, 1.0, 1.0), (0.0, 1.0, 1.0)))  # no valid token anywhere: the placeholder
+    assert (out["mismatch/ratio_min"], out["mismatch/ratio_max"]) == (1.0, 1.0)
     with pytest.raises(ValueError, match="unknown metric kinds"):
         Metrics(["x"], [1.0], kinds=["median"])

@@ -22,7 +22,8 @@ Names (``<label>``: a component's kind, suffixed with its position when the kind
   with $\ell = \mathrm{clamp}(\log\pi_{train}(old) - \log\pi_{infer}, \pm 20)$: ``mismatch/kl_k1``
   ($-\ell$) and ``mismatch/kl_k3`` ($e^\ell - 1 - \ell$), both estimates of
   $\mathrm{KL}(\pi_{infer}\,\|\,\pi_{train})$ from the sampled tokens (token_mean);
-  ``mismatch/ratio_min``, ``mismatch/ratio_max``: $e^\ell$ before any truncation (min, max).
+  ``mismatch/ratio_min``, ``mismatch/ratio_max``: $e^\ell$ before any truncation (min, max; 1 in a
+  micro-batch without a valid token).
 """
 
 from __future__ import annotations
@@ -203,12 +204,13 @@ def _mismatch_metrics(out: Reported, t: Tokens, valid_flat: torch.Tensor, n_vali
     ratio = log_ratio.exp()
     out.ratio("mismatch/kl_k1", -torch.dot(valid_flat, log_ratio.reshape(-1)), n_valid_safe, "token_mean")
     out.ratio("mismatch/kl_k3", torch.dot(valid_flat, (ratio - 1.0 - log_ratio).reshape(-1)), n_valid_safe, "token_mean")
-    if ratio.numel():  # a shape, known on the host
-        out.add("mismatch/ratio_min", torch.where(t.valid_bool, ratio, math.inf).amin(), "min")
-        out.add("mismatch/ratio_max", torch.where(t.valid_bool, ratio, -math.inf).amax(), "max")
-    else:
-        out.add("mismatch/ratio_min", math.inf, "min")
-        out.add("mismatch/ratio_max", -math.inf, "max")
+    for name, extreme, identity in (("mismatch/ratio_min", torch.amin, math.inf), ("mismatch/ratio_max", torch.amax, -math.inf)):
+        if ratio.numel():  # a shape, known on the host
+            value = extreme(torch.where(t.valid_bool, ratio, identity))
+            value = torch.where(value == identity, 1.0, value)  # no valid token: 1 (the ratio is within e^+-20)
+        else:
+            value = 1.0
+        out.add(name, value, "min" if extreme is torch.amin else "max")
 
 
 def _threshold_metrics(out: Reported, prefix: str, mask, thr) -> None:

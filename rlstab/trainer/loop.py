@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from rlstab.batch import TokenBatch
 from rlstab.lazy import torch
-from rlstab.metrics import EXTREMES, STEP_COUNTS, Combines, combine
+from rlstab.metrics import EXTREMES, STEP_COUNTS, Combines, combine, extreme
 from rlstab.regularisers import EntropyBonus
 from rlstab.step.ess import effective_sample_size
 from rlstab.trainer.branching import concat, sample_branches
@@ -50,7 +50,7 @@ def combine_updates(updates: Sequence[tuple[dict[str, float], dict[str, Combines
     result and each metric's kind).
 
     Sums add up; the step's denominators (``STEP_COUNTS``) add up too, each update being a step of
-    its own; minima and maxima take the updates' extreme; every other metric (means, fractions, the updates' other step values) is weighted by
+    its own; minima and maxima take the extreme over the updates with valid tokens; every other metric (means, fractions, the updates' other step values) is weighted by
     each update's valid tokens.
     """
     if len(updates) == 1:
@@ -63,7 +63,7 @@ def combine_updates(updates: Sequence[tuple[dict[str, float], dict[str, Combines
         if kind == "sum" or name in STEP_COUNTS:
             out[name] = sum(values)
         elif kind in EXTREMES:
-            out[name] = EXTREMES[kind](values)
+            out[name] = extreme(kind, values, [metrics["tokens/valid"] for metrics, _ in have])
         else:
             weights = [metrics["tokens/valid"] for metrics, _ in have]
             out[name] = sum(v * w for v, w in zip(values, weights)) / (sum(weights) or 1.0)

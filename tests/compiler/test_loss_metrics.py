@@ -39,11 +39,15 @@ def test_no_mismatch_metrics_without_the_rollout():
     assert not [name for name in out.metrics if name.startswith("mismatch/")]
 
 
-def test_an_empty_micro_batch_reports_the_identities_of_min_and_max():
-    empty = rlstab.TokenBatch(logprobs=torch.zeros(0, 3), old_logprobs=torch.zeros(0, 3), rollout_logprobs=torch.zeros(0, 3),
-                              response_mask=torch.zeros(0, 3, dtype=torch.bool), advantages=torch.zeros(0))
+@pytest.mark.parametrize("rows", [0, 2])
+def test_a_micro_batch_without_a_valid_token_reports_ratio_extremes_of_one(rows):
+    # no row at all, or two rows of padding holding far-off ratios: finite placeholders, which combine leaves out
+    empty = rlstab.TokenBatch(logprobs=torch.zeros(rows, 3), old_logprobs=torch.zeros(rows, 3),
+                              rollout_logprobs=torch.full((rows, 3), -5.0), response_mask=torch.zeros(rows, 3, dtype=torch.bool),
+                              advantages=torch.zeros(rows))
     out = rlstab.load("tis").compile()(empty)
-    assert (out.metrics["mismatch/ratio_min"], out.metrics["mismatch/ratio_max"]) == (math.inf, -math.inf)
+    assert (out.metrics["mismatch/ratio_min"], out.metrics["mismatch/ratio_max"]) == (1.0, 1.0)
+    assert all(math.isfinite(v) for v in out.metrics.values())
 
 
 def test_each_mask_splits_its_silenced_tokens_by_the_advantage_sign():

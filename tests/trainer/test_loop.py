@@ -71,9 +71,10 @@ def test_combine_updates_adds_counts_and_step_denominators_and_weights_the_rest(
 def test_combine_updates_takes_the_extremes_of_min_and_max_metrics():
     kinds = {"tokens/valid": "sum", "mismatch/ratio_min": "min", "mismatch/ratio_max": "max"}
     a = {"tokens/valid": 10.0, "mismatch/ratio_min": 0.5, "mismatch/ratio_max": 2.0}
-    b = {"tokens/valid": 0.0, "mismatch/ratio_min": float("inf"), "mismatch/ratio_max": float("-inf")}  # no valid token
-    out = combine_updates([(a, kinds), (b, kinds)])
-    assert (out["mismatch/ratio_min"], out["mismatch/ratio_max"]) == (0.5, 2.0)  # not weighted (inf * 0 is NaN)
+    b = {"tokens/valid": 0.0, "mismatch/ratio_min": 1.0, "mismatch/ratio_max": 1.0}  # no valid token: a placeholder
+    c = {"tokens/valid": 5.0, "mismatch/ratio_min": 0.8, "mismatch/ratio_max": 1.5}
+    out = combine_updates([(a, kinds), (b, kinds), (c, kinds)])
+    assert (out["mismatch/ratio_min"], out["mismatch/ratio_max"]) == (0.5, 2.0)  # extremes, not token-weighted means
 
 
 def test_response_texts_drop_eos_and_padding():

@@ -20,7 +20,8 @@ the step's ``step/tokens_valid``:
 - ``step`` (a threshold, a denominator): left a ``MEAN``; it is the same in every micro-batch of
   the step, so the mean is that value.
 - ``min``, ``max`` (``mismatch/ratio_min``): veRL's ``MIN`` / ``MAX``, its extreme over every
-  micro-batch of every rank, with or without the step's counts.
+  micro-batch of every rank, with or without the step's counts (a micro-batch without a valid
+  token, whose value is a placeholder, is not left out there).
 
 Without the step's counts (a micro-batch is its own step, as in veRL, which then averages its own
 ``actor/pg_loss`` too) every metric stays a mean over micro-batches. veRL's standard names,
