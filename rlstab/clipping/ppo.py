@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -58,7 +58,7 @@ class PPOClip(ClipRange):
     """Dual-clip constant c (> 1) bounding the loss of negative-advantage tokens by -c A; null: off."""
     delta: float | None = Field(None, gt=0.0)
     """Two-sided clipping (TRL's ``delta``): the ratio of the unclipped branch is capped at delta; null: off."""
-    later_fields = ("delta",)
+    _later_fields: ClassVar[tuple[str, ...]] = ("delta",)
 
     def _delta_cap(self) -> float | None:
         return self.delta

@@ -191,7 +191,7 @@ class RolloutRejection(RolloutMask):
     """k1 only: the lowest ratio kept; null means 1/high; 0: no lower bound (TRL's ``clip_min = None``)."""
     binary_kl_floor: float | None = Field(None, gt=0.0, lt=0.5)
     """binary_kl divergences only: probabilities are clamped to [floor, 1 - floor]; null means 1e-6 (prime-rl, OpenRLHF)."""
-    later_fields = ("binary_kl_floor",)
+    _later_fields: ClassVar[tuple[str, ...]] = ("binary_kl_floor",)
 
     @model_validator(mode="after")
     def _bounds(self):

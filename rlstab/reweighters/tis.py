@@ -54,7 +54,7 @@ class TruncatedIS(Reweighter):
     """Truncation C; null: none (the plain importance weight, as seq-mask-tis keeps it)."""
     floor: float | None = Field(None, ge=0.0)
     """Lower clamp C_min of the ratio (TRL's ``vllm_importance_sampling_clip_min``); null: none."""
-    later_fields = ("floor",)
+    _later_fields: ClassVar[tuple[str, ...]] = ("floor",)
 
     @model_validator(mode="after")
     def _floor_below_cap(self):
