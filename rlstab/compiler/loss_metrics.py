@@ -160,7 +160,7 @@ def _mask_metrics(
         n_before = before_flat.sum()
         n_before_safe = n_before.clamp(min=1.0)
     only_mask = len(keeps) == 1 and not plan.rejections
-    signs = _advantage_signs(t)
+    signs = _advantage_signs(t) if keeps or objective.shadow_masks else None
     for i, (label, mask, k, thr) in enumerate(zip(plan.mask_labels, objective.masks, keeps, step.thresholds)):
         base, n_base, n_base_safe = (
             (before_flat, n_before, n_before_safe) if i in plan.rejections else (valid_flat, n_valid, n_valid_safe)
