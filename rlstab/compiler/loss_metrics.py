@@ -156,19 +156,21 @@ def _mask_metrics(
     ``n_kept``: the tokens every mask keeps, which is what the one mask of an objective without a rollout
     rejection keeps (a count: the same number whichever way it is summed)."""
     if plan.rejections:  # their counts are over the tokens before any rejection
-        before_flat = step.step_level.response_tokens(batch).reshape(-1)
-        n_before = before_flat.sum()
+        before = step.step_level.response_tokens(batch)
+        before_flat, before_rows = before.reshape(-1), before.sum(-1)
+        n_before = before_rows.sum()
         n_before_safe = n_before.clamp(min=1.0)
     only_mask = len(keeps) == 1 and not plan.rejections
     signs = _advantage_signs(t) if keeps or objective.shadow_masks else None
     for i, (label, mask, k, thr) in enumerate(zip(plan.mask_labels, objective.masks, keeps, step.thresholds)):
-        base, n_base, n_base_safe = (
-            (before_flat, n_before, n_before_safe) if i in plan.rejections else (valid_flat, n_valid, n_valid_safe)
+        base, base_rows, n_base, n_base_safe = (
+            (before, before_rows, n_before, n_before_safe) if i in plan.rejections
+            else (t.valid, t.valid_rows(), n_valid, n_valid_safe)
         )
-        n_kept_by_mask = n_kept if only_mask else torch.dot(base, k.reshape(-1))
+        n_kept_by_mask = n_kept if only_mask else torch.dot(base.reshape(-1), k.reshape(-1))
         out.add(f"mask/{label}/kept", n_kept_by_mask, "sum")
         out.add(f"mask/{label}/silenced", n_base - n_kept_by_mask, "sum")
-        _silenced_signs(out, f"mask/{label}", base, k, signs)
+        _silenced_signs(out, f"mask/{label}", base, base_rows, k, signs)
         out.ratio(f"mask/{label}/kept_fraction", n_kept_by_mask, n_base_safe, "token_mean")
         _threshold_metrics(out, f"mask/{label}", mask, thr)
     shadows = shadow_keeps(objective, t, step.thresholds)
@@ -176,38 +178,48 @@ def _mask_metrics(
         n_kept_by_mask = torch.dot(valid_flat, k.reshape(-1))
         out.add(f"{label}/kept", n_kept_by_mask, "sum")
         out.add(f"{label}/silenced", n_valid - n_kept_by_mask, "sum")
-        _silenced_signs(out, label, valid_flat, k, signs)
+        _silenced_signs(out, label, t.valid, t.valid_rows(), k, signs)
         out.ratio(f"{label}/kept_fraction", n_kept_by_mask, n_valid_safe, "token_mean")
         _threshold_metrics(out, label, mask, thr)
 
 
-def _advantage_signs(t: Tokens) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Flat float indicators of A > 0 and A < 0 per token (None without advantages)."""
+def _advantage_signs(t: Tokens) -> torch.Tensor | None:
+    """``[2, B]`` float indicators of A > 0 and A < 0 per response (``[2, B, T]`` for per-token advantages);
+    None without advantages."""
     if t.advantages is None:
         return None
-    adv = t.advantages.reshape(-1)
-    return (adv > 0).to(torch.float32), (adv < 0).to(torch.float32)
+    adv = t.advantages if t.advantage_per_response is None else t.advantage_per_response
+    return torch.stack([adv > 0, adv < 0]).to(torch.float32)
 
 
-def _silenced_signs(out: Reported, prefix: str, base: torch.Tensor, keep: torch.Tensor, signs) -> None:
-    """``<prefix>/silenced_positive`` and ``/silenced_negative``: the tokens of ``base`` that ``keep`` silences, by A's sign."""
+def _silenced_signs(
+    out: Reported, prefix: str, base: torch.Tensor, base_rows: torch.Tensor, keep: torch.Tensor, signs: torch.Tensor | None,
+) -> None:
+    """``<prefix>/silenced_positive`` and ``/silenced_negative``: the tokens of ``base`` (``[B, T]``, ``base_rows`` its
+    row sums) that ``keep`` silences, by A's sign. Per-response advantages need each row's kept count only: one
+    pass over ``[B, T]``."""
     if signs is None:
         return
-    silenced = base - base * keep.reshape(-1)
-    out.add(f"{prefix}/silenced_positive", torch.dot(silenced, signs[0]), "sum")
-    out.add(f"{prefix}/silenced_negative", torch.dot(silenced, signs[1]), "sum")
+    if signs.dim() == 2:
+        counts = signs @ (base_rows - torch.linalg.vecdot(base, keep))
+    else:
+        counts = (signs * (base - base * keep)).sum((1, 2))
+    out.add(f"{prefix}/silenced_positive", Element(counts, 0), "sum")
+    out.add(f"{prefix}/silenced_negative", Element(counts, 1), "sum")
 
 
 def _mismatch_metrics(out: Reported, t: Tokens, valid_flat: torch.Tensor, n_valid_safe: torch.Tensor) -> None:
     """The trainer/inference mismatch over the valid tokens (see the module's docstring)."""
     log_ratio = torch.where(t.valid_bool, t.old_logprobs - t.rollout_logprobs, 0.0).clamp_(-SAFETY_BOUND, SAFETY_BOUND)
-    ratio = log_ratio.exp()
-    out.ratio("mismatch/kl_k1", -torch.dot(valid_flat, log_ratio.reshape(-1)), n_valid_safe, "token_mean")
-    out.ratio("mismatch/kl_k3", torch.dot(valid_flat, (ratio - 1.0 - log_ratio).reshape(-1)), n_valid_safe, "token_mean")
+    flat = log_ratio.reshape(-1)
+    k1 = torch.dot(valid_flat, flat)
+    out.ratio("mismatch/kl_k1", -k1, n_valid_safe, "token_mean")
+    # r - 1 - log r as expm1(log r) - log r: exact where r is near 1; 0 on padding, where log r is 0
+    out.ratio("mismatch/kl_k3", torch.dot(valid_flat, torch.expm1(flat)) - k1, n_valid_safe, "token_mean")
     for name, extreme, identity in (("mismatch/ratio_min", torch.amin, math.inf), ("mismatch/ratio_max", torch.amax, -math.inf)):
-        if ratio.numel():  # a shape, known on the host
-            value = extreme(torch.where(t.valid_bool, ratio, identity))
-            value = torch.where(value == identity, 1.0, value)  # no valid token: 1 (the ratio is within e^+-20)
+        if log_ratio.numel():  # a shape, known on the host
+            value = extreme(torch.where(t.valid_bool, log_ratio, identity))
+            value = torch.where(value == identity, 0.0, value).exp()  # no valid token: 1 (log r is within +-20)
         else:
             value = 1.0
         out.add(name, value, "min" if extreme is torch.amin else "max")
