@@ -214,7 +214,7 @@ def _mismatch_metrics(out: Reported, t: Tokens, valid_flat: torch.Tensor, n_vali
     flat = log_ratio.reshape(-1)
     k1 = torch.dot(valid_flat, flat)
     out.ratio("mismatch/kl_k1", -k1, n_valid_safe, "token_mean")
-    # r - 1 - log r as expm1(log r) - log r: exact where r is near 1; 0 on padding, where log r is 0
+    # sum of r - 1 - log r as sum expm1(log r) - sum log r (expm1 keeps r - 1 accurate near r = 1); padding adds 0
     out.ratio("mismatch/kl_k3", torch.dot(valid_flat, torch.expm1(flat)) - k1, n_valid_safe, "token_mean")
     for name, extreme, identity in (("mismatch/ratio_min", torch.amin, math.inf), ("mismatch/ratio_max", torch.amax, -math.inf)):
         if log_ratio.numel():  # a shape, known on the host
