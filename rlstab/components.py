@@ -37,16 +37,16 @@ class Component(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
     reads: ClassVar[frozenset[str]] = frozenset()
-    # Fields added after fingerprints were first published: left out of the dump while None, so that an
-    # objective without them keeps its fingerprint (and a lab folder resumes).
+    # Fields added after fingerprints were first published: left out of the dump while at their default,
+    # so that an objective without them keeps its fingerprint (and a lab folder resumes).
     _later_fields: ClassVar[tuple[str, ...]] = ()
 
     @model_serializer(mode="wrap")
-    def _without_unset_later_fields(self, handler):
+    def _without_default_later_fields(self, handler):
         data = handler(self)
         if isinstance(data, dict):
             for name in self._later_fields:
-                if getattr(self, name) is None:
+                if getattr(self, name) == type(self).model_fields[name].default:
                     data.pop(name, None)
         return data
 

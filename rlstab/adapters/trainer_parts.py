@@ -133,7 +133,7 @@ def added_by_trainer(objective, trainer: str, advice: Mapping[type, str]) -> dic
     problems = {}
     for i, reg in enumerate(objective.regularisers):
         for kind, setting in advice.items():
-            if isinstance(reg, kind):
+            if isinstance(reg, kind) and reg.added_by_trainers:
                 label = f"regularisers[{i}] ({reg.kind})"
                 problems[label] = f"{label}: not available in {trainer}; {setting}"
     return problems

@@ -299,7 +299,7 @@ def openrlhf_double_correction(readers: list[str]) -> str:
 
 def _trl_reference(objective) -> tuple[str, ...]:
     """``beta=<coef>`` of the objective's one kl regulariser coefficient, with ``use_bias_correction_kl=False``."""
-    coefs = list(dict.fromkeys(r.coef for r in objective.regularisers if isinstance(r, KLPenalty)))
+    coefs = list(dict.fromkeys(r.coef for r in objective.regularisers if isinstance(r, KLPenalty) and r.added_by_trainers))
     return (f"beta={coefs[0]}", "use_bias_correction_kl=False") if len(coefs) == 1 else ()
 
 

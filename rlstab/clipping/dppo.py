@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlstab.clipping.base import Surrogate, SurrogateResult, indicator
 from rlstab.lazy import torch
@@ -19,12 +19,26 @@ class _DPPO(Surrogate):
     delta_high: float
     is_cap: float | None = Field(None, gt=0.0)
     """Truncation C of the (detached) importance weight, min(r, C); null: none (the paper's runs)."""
+    sides: Literal["advantage", "both"] = "advantage"
+    """Which side of the region masks: the one the advantage pushes towards (the paper), or both whatever the sign (IPO)."""
+    value: Literal["log_prob", "ratio"] = "log_prob"
+    """The loss value: veRL's -M A sg(w) log p, or prime-rl's -M A r (the same gradient; needs is_cap null)."""
+
+    _later_fields: ClassVar[tuple[str, ...]] = ("sides", "value")
+
+    @model_validator(mode="after")
+    def _ratio_value_untruncated(self):
+        if self.value == "ratio" and self.is_cap is not None:
+            raise ValueError(f"value: ratio needs is_cap: null (-M A min(r, {self.is_cap:g}) has another gradient)")
+        return self
 
     def _keep(self, t: Tokens) -> torch.Tensor:
-        """1.0 where the token's update stays inside the trust region (or moves back towards it)."""
+        """1.0 where the token's update stays inside the trust region (or, one-sided, moves back towards it)."""
         p, p_old = torch.exp(t.logprobs), torch.exp(t.old_logprobs)
-        keep_pos, keep_neg = self._inside(t, p, p_old)
-        return torch.where(t.advantage_rows > 0, keep_pos, keep_neg).to(torch.float32)
+        keep_up, keep_down = self._inside(t, p, p_old)
+        if self.sides == "both":
+            return (keep_up & keep_down).to(torch.float32)
+        return torch.where(t.advantage_rows > 0, keep_up, keep_down).to(torch.float32)
 
     def _inside(self, t: Tokens, p: torch.Tensor, p_old: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -34,9 +48,12 @@ class _DPPO(Surrogate):
         keep = self._keep(t)
         is_weight = r if self.is_cap is None else torch.clamp(r, max=self.is_cap)
         grad = (weight * adv.neg()) * keep * is_weight  # weight first: a zero weight silences padding
-        # The value in veRL's order of products (float32 rounding then matches to ~1e-7 of each term);
-        # `where` rather than a multiply, so that huge finite padding cannot turn into inf * 0.
-        per_token = torch.where(t.valid_bool, adv.neg() * is_weight * t.logprobs * keep, 0.0)
+        # The value in veRL's (prime-rl's) order of products (float32 rounding then matches to ~1e-7 of each
+        # term); `where` rather than a multiply, so that huge finite padding cannot turn into inf * 0.
+        if self.value == "ratio":
+            per_token = torch.where(t.valid_bool, (keep * adv * r).neg(), 0.0)
+        else:
+            per_token = torch.where(t.valid_bool, adv.neg() * is_weight * t.logprobs * keep, 0.0)
         loss = torch.dot(weight.reshape(-1), per_token.reshape(-1))
 
         valid = t.valid
@@ -50,10 +67,10 @@ class _DPPO(Surrogate):
 
     def describe(self) -> str:
         weight = "r" if self.is_cap is None else f"min(r, {self.is_cap:g})"
-        return (
-            f"{self.kind}: l = -M A sg({weight}) log p, M = 0 where the update leaves the {self.divergence} trust region "
-            f"(A > 0: {self.delta_high:g}, A <= 0: {self.delta_low:g})"
-        )
+        loss = "-M A r (gradient -M A r grad log p)" if self.value == "ratio" else f"-M A sg({weight}) log p"
+        region = (f"up {self.delta_high:g}, down {self.delta_low:g}, whatever the sign of A" if self.sides == "both"
+                  else f"A > 0: {self.delta_high:g}, A <= 0: {self.delta_low:g}")
+        return f"{self.kind}: l = {loss}, M = 0 where the update leaves the {self.divergence} trust region ({region})"
 
 
 class DPPOBinaryTV(_DPPO):
@@ -84,6 +101,15 @@ class DPPOBinaryTV(_DPPO):
     $A = 0$ takes the $A \le 0$ rule, as in veRL (its loss is 0 either way). The authors
     recommend anchoring the region to the *rollout* policy (section 5.2; veRL ``bypass_mode``):
     pass the inference engine's log-probabilities as ``old_logprobs`` to do the same.
+
+    **IPO's two-sided region** (INTELLECT's IPO; prime-rl ``ipo_loss_fn`` in
+    ``src/prime_rl/trainer/rl/loss.py``, merged in PR #2798, v0.5.1): ``sides: both`` masks a token
+    whose probability moved more than the bound in *either* direction, whatever the sign of its
+    advantage, $M = \mathbb{1}[-\delta_{low} \le p - p_{old} \le \delta_{high}]$ (prime-rl:
+    ``is_masked = |p - p_infer| > ipo_threshold``, one threshold). ``value: ratio`` reports prime-rl's
+    loss value $-M A r$ (``pg_loss = keep_mask * advantages * importance_ratio``), whose gradient
+    $-M A r\,\nabla\log\pi$ is this surrogate's; it needs ``is_cap: null``. Defaults ``advantage`` and
+    ``log_prob`` are the paper's method and veRL's value.
 
     Metrics: ``clip/high_fraction`` (A > 0, masked), ``clip/low_fraction`` (A <= 0, masked);
     with ``is_cap``, ``clip/truncated_fraction`` (unmasked tokens with r > C).

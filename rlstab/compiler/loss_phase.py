@@ -1,12 +1,13 @@
 """The loss phase: one micro-batch's share of the step loss, with the step's statistics frozen.
 
     L = sum_{i,t} kept_{i,t} * s_{i,t} * w_i * prod_k W^k_{i,t} * l(r_{i,t}, A_{i,t})
-        + sum_k c_k * sum_{i,t} valid_{i,t} * s'_{i,t} * R_k(i, t)
+        + sum_k c_k * sum_{i,t} valid_{i,t} * [kept_{i,t}] * s'_{i,t} * R_k(i, t)
 
 ``kept`` is the AND of the masks over the valid tokens, ``s`` the aggregation's per-token weight
 from the step's denominators (``StepCounts``; with ``dual_stream`` each stream's own, the branch
 stream's times lambda), ``w`` the batch's ``is_weights``, ``W^k`` the reweighters' factors, ``l``
-the surrogate, and ``s'`` the weight of the aggregation counting every valid token.
+the surrogate, and ``s'`` the weight of the aggregation counting every valid token; ``[kept]`` applies to a
+regulariser with ``tokens: kept``.
 
 The policy-gradient term never builds an autograd graph: each surrogate returns its derivative in
 closed form and a custom autograd function hands it to autograd, so the backward pass is a single
@@ -97,8 +98,11 @@ class LossPhase:
         if obj.regularisers:
             reg_agg = self.regulariser_aggregation
             reg_weight = t.valid * _scale(obj, reg_agg, step, t, t.valid_rows() if reg_agg._reads_row_tokens else None)
+            kept_weight = None
             for reg, hook in zip(obj.regularisers, step.hooks[len(obj.reweighters) + 1:]):
-                value = (reg.term(batch, t) * reg_weight).sum()
+                if reg.tokens == "kept" and kept_weight is None:
+                    kept_weight = reg_weight * kept
+                value = (reg.term(batch, t) * (kept_weight if reg.tokens == "kept" else reg_weight)).sum()
                 loss = loss + reg.coefficient(hook) * value
                 regularisers.append(value.detach())
         n_kept = t.valid_count() if kept is t.valid else kept.sum()  # without masks, the valid tokens

@@ -181,4 +181,5 @@ class AdaptiveEntropy(EntropyBonus):
             f"adaptive_entropy: + alpha_k * Agg(-H), alpha_k = c_k if e_(k-1) {below} {self.target_entropy:g} else 0; "
             f"c_(k+1) = clip(c_k +/- {self.delta:g}, {self.coef_min:g}, {self.coef_max:g}) by e_k = {measure} over the "
             f"step's valid tokens; c_0 = {self.coef:g}, gate before the first step {self.first_step}, every {self.cadence}"
+            f"{self._on_tokens()}"
         )

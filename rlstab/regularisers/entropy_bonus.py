@@ -35,4 +35,4 @@ class EntropyBonus(Regulariser):
         return -entropy.to(torch.float32)
 
     def describe(self) -> str:
-        return f"entropy_bonus: + {self.coef:g} * Agg(-H)"
+        return f"entropy_bonus: + {self.coef:g} * Agg(-H){self._on_tokens()}"

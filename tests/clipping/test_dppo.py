@@ -123,3 +123,34 @@ def test_presets_follow_the_authors_script():
 def test_bounds_are_checked():
     with pytest.raises(rlstab.ConfigError, match="surrogate.*delta_low"):
         rlstab.load({"surrogate": {"kind": "dppo_tv", "delta_low": 0.0}, "aggregation": {"kind": "token-mean", "count": "valid"}})
+
+
+def test_both_sides_mask_whatever_the_advantage():
+    # IPO's region: a token leaving [-0.15, +0.15] is masked in either direction. Against the table: token 5
+    # (A > 0, moved down 0.7) is now masked too; token 4 (A < 0, up 0.009) stays. Kept: 2, 4, 6, 7 ->
+    # (0.6129907 - 46.0517019 + 11.5129255 - 0.1409603) / 7 = -4.8666780
+    out, grad = rows({"kind": "dppo_tv", "sides": "both"})
+    assert out.loss.item() == pytest.approx(-4.8666780, abs=2e-5)
+    expected = torch.tensor([0.0, -1.2, 0.0, 10.0, 0.0, -5.0, 0.85 / 0.98]) / 7
+    assert torch.allclose(grad, expected, atol=1e-5)
+    assert out.metrics["clip/high_fraction"] == pytest.approx(2 / 7)  # tokens 1 and 5 (A > 0)
+    assert out.metrics["clip/low_fraction"] == pytest.approx(1 / 7)  # token 3
+
+
+def test_ratio_value_is_prime_rls_and_keeps_the_gradient():
+    # value: ratio reports -A r on the kept tokens: (-1.2 + 10 - 5 + 0.8673469) / 7 = 0.6667638; the gradient
+    # is the one above.
+    out, grad = rows({"kind": "dppo_tv", "sides": "both", "value": "ratio"})
+    assert out.loss.item() == pytest.approx(0.6667638, abs=2e-6)
+    expected = torch.tensor([0.0, -1.2, 0.0, 10.0, 0.0, -5.0, 0.85 / 0.98]) / 7
+    assert torch.allclose(grad, expected, atol=1e-5)
+    with pytest.raises(rlstab.ConfigError, match="value: ratio needs is_cap: null"):
+        rlstab.load({"surrogate": {"kind": "dppo_tv", "value": "ratio", "is_cap": 3.0},
+                     "aggregation": {"kind": "token-mean", "count": "valid"}})
+
+
+def test_new_options_at_their_defaults_leave_the_dump_unchanged():
+    # Fingerprints are taken from the dump: an objective written before sides and value existed keeps its own.
+    assert rlstab.load("dppo_tv").surrogate.model_dump() == {"kind": "dppo_tv", "delta_low": 0.15, "delta_high": 0.15,
+                                                            "is_cap": None}
+    assert rlstab.load("ipo").surrogate.model_dump()["sides"] == "both"

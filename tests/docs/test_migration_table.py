@@ -28,7 +28,13 @@ from rlstab.objective import Objective
 ROOT = Path(__file__).parents[2]
 PAGE = ROOT / "docs" / "adapters" / "migration.md"
 TESTS = ROOT / "tests" / "adapters"
-REFERENCE = re.compile(r"`((?:verl|trl|openrlhf)/test_\w+\.py)::(test_\w+)(?:\[([^\]`]+)\])?`")
+REFERENCE = re.compile(r"`((?:verl|trl|openrlhf|clipping|masks|regularisers|reweighters)/test_\w+\.py)::(test_\w+)"
+                       r"(?:\[([^\]`]+)\])?`")
+ADAPTER_TESTS = ("verl/", "trl/", "openrlhf/")  # under tests/adapters; the others (a restated reference) under tests/
+
+
+def reference_file(path: str) -> Path:
+    return (TESTS if path.startswith(ADAPTER_TESTS) else ROOT / "tests") / path
 # Tests whose case indexes a table of what is compared, passed to the trainer pair unchanged.
 CASE_TABLES = {
     ("trl/test_conformance.py", "test_preset_matches_trl_loss_type"),
@@ -61,7 +67,8 @@ ROWS = rows()
 # - TRL: the aggregation of the row's `loss_type="..."` (the adapter's own table, read from its source), else the
 #   section's stated convention, loss_type="dapo" (TRL 1.16's default, GRPOConfig.loss_type);
 # - OpenRLHF: the row's `--actor.loss_agg_mode M`, else its default token-mean (train_ppo_ray); its gspo always
-#   aggregates per sequence (PolicyLoss sets token_level_loss=False for policy_loss_type gspo).
+#   aggregates per sequence (PolicyLoss sets token_level_loss=False for policy_loss_type gspo);
+# - prime-rl: token-mean (compute_loss divides each loss component by its global count of trainable tokens).
 TRL_CONFIG = ROOT / "rlstab" / "adapters" / "trl" / "config.py"
 TRL_DEFAULT_LOSS_TYPE = "dapo"
 OPENRLHF_DEFAULT_MODE = "token-mean"
@@ -82,6 +89,8 @@ def trainer_aggregation(section: str, settings: str) -> str:
         fixed = re.search(r"veRL aggregates `([\w-]+)`[^|]*?whatever `loss_agg_mode` says", settings)
         named = re.search(r"loss_agg_mode: ([\w-]+)", settings)
         return fixed.group(1) if fixed else named.group(1) if named else VERL_DEFAULT_MODE
+    if section == "prime-rl":  # each loss component divided by its global count of trainable tokens (compute_loss)
+        return "token-mean"
     if section == "TRL":
         loss_type = re.search(r'loss_type="(\w+)"', settings)
         return trl_loss_type_aggregation()[loss_type.group(1) if loss_type else TRL_DEFAULT_LOSS_TYPE]
@@ -135,7 +144,7 @@ def module(path: str) -> tuple[ast.Module, dict]:
     Only assignments and plain functions are run (helpers such as a ``case(...)`` builder); one
     that needs an import (torch, the trainer) is left out, so its axis cannot be named by a case.
     """
-    tree = ast.parse((TESTS / path).read_text(), filename=path)
+    tree = ast.parse(reference_file(path).read_text(), filename=path)
     namespace: dict = {}
     for node in tree.body:
         if isinstance(node, ast.Assign | ast.AnnAssign) or (isinstance(node, ast.FunctionDef) and not node.decorator_list):
@@ -210,7 +219,7 @@ def loss_fields(objective: Objective, fields: tuple[str, ...]) -> dict:
 
 def test_the_page_has_rows_for_every_trainer():
     sections = {section for section, _, _, _ in ROWS}
-    assert sections == {"veRL", "TRL", "OpenRLHF"}
+    assert sections == {"veRL", "TRL", "OpenRLHF", "prime-rl"}
     assert len(ROWS) >= 50
     assert all(references for _, _, references, _ in ROWS)
 
@@ -223,7 +232,7 @@ def test_row_objective_loads_and_its_tests_exist(section, objective, references,
     loaded = rlstab.load(objective)  # a preset name, or an objective file's YAML on one line
     assert isinstance(loaded, Objective)
     for path, test, case in references:
-        assert (TESTS / path).is_file(), path
+        assert reference_file(path).is_file(), path
         axes = parametrize_axes(path, test)
         if case:
             ids = {i for _, axis in axes for i in axis}

@@ -57,3 +57,55 @@ def test_entropy_bonus_pushes_entropy_up(make_batch):
     # loss += 0.01 * sum(-H) / n over valid tokens: dL/dH = -0.01 / n there, 0 on padding
     assert torch.allclose(entropy.grad[valid], torch.full((int(n),), -0.01 / n))
     assert (entropy.grad[~valid] == 0).all()
+
+
+def anchored_kl_loss(**kl):
+    # One response, A = 0 (the loss is the KL term alone), two tokens: log p = (-1.0, -2.0), old = (-1.5, -1.0),
+    # rollout = (-1.5, -2.5), ref = (-1.0, -1.0); a mask that keeps token 1 (old/rollout ratio 1) and silences
+    # token 2 (ratio e^1.5 above 1.1).
+    logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    batch = rlstab.TokenBatch(
+        logprobs=logprobs, old_logprobs=torch.tensor([[-1.5, -1.0]]), rollout_logprobs=torch.tensor([[-1.5, -2.5]]),
+        ref_logprobs=torch.tensor([[-1.0, -1.0]]), advantages=torch.zeros(1),
+        response_mask=torch.ones(1, 2, dtype=torch.bool),
+    )
+    objective = rlstab.load({
+        "aggregation": {"kind": "token-mean", "count": "valid"},
+        "masks": [{"kind": "rollout_rejection", "level": "token", "divergence": "k1", "high": 1.1, "rejected": "masked"}],
+        "regularisers": [{"kind": "kl", "coef": 0.5, **kl}],
+    })
+    out = objective.compile()(batch)
+    out.loss.backward()
+    return out.loss.item(), logprobs.grad[0].tolist()
+
+
+def test_kl_anchors_at_the_old_policy_or_the_sampler_with_the_squared_estimator():
+    # squared: k = delta^2, dk/dlogp = 2 delta; coef 0.5, token mean over 2 valid tokens.
+    # old: delta = (0.5, -1.0): 0.5 * (0.25 + 1.0) / 2 = 0.3125; grad 0.5 * 2 * (0.5, -1.0) / 2 = (0.25, -0.5)
+    assert anchored_kl_loss(estimator="squared", anchor="old") == (pytest.approx(0.3125), pytest.approx([0.25, -0.5]))
+    # rollout: delta = (0.5, 0.5): 0.5 * (0.25 + 0.25) / 2 = 0.125; grad (0.25, 0.25)
+    assert anchored_kl_loss(estimator="squared", anchor="rollout") == (pytest.approx(0.125),
+                                                                       pytest.approx([0.25, 0.25]))
+    # reference (default): delta = (0, -1.0), k2 = delta^2 / 2: 0.5 * 0.5 / 2 = 0.125; grad (0, -0.25)
+    assert anchored_kl_loss(estimator="k2") == (pytest.approx(0.125), pytest.approx([0.0, -0.25]))
+
+
+def test_a_regulariser_on_kept_tokens_keeps_every_valid_token_in_its_denominator():
+    # The mask silences token 2: only token 1's term remains,
+    # still divided by both valid tokens: old anchor, delta 0.5: 0.5 * 0.25 / 2 = 0.0625; grad (0.25, 0).
+    assert anchored_kl_loss(estimator="squared", anchor="old", tokens="kept") == (pytest.approx(0.0625),
+                                                                                  pytest.approx([0.25, 0.0]))
+
+
+def test_what_each_anchor_reads_and_who_adds_it():
+    from rlstab.adapters.trainers import refusals
+    from rlstab.regularisers import KLPenalty
+
+    assert [KLPenalty(anchor=a).reads for a in ("reference", "old", "rollout")] == [
+        frozenset({"ref_logprobs"}), frozenset(), frozenset({"rollout_logprobs"})]
+    assert KLPenalty().model_dump() == {"kind": "kl", "coef": 0.001, "estimator": "k3"}  # fingerprints unchanged
+    # veRL adds a KL to the reference itself (use_kl_loss) and refuses rlstab's; one at the old policy is rlstab's.
+    to_reference = rlstab.load({"extends": "grpo", "regularisers": [{"kind": "kl"}]})
+    to_old = rlstab.load({"extends": "grpo", "regularisers": [{"kind": "kl", "anchor": "old"}]})
+    assert any("use_kl_loss" in line for _, line in refusals(to_reference, "verl"))
+    assert refusals(to_old, "verl") == []

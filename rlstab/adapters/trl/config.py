@@ -165,7 +165,7 @@ def _refusals(objective: Objective, args) -> list[str]:
             f"vllm_importance_sampling_correction = True: TRL would apply its own importance-sampling correction on top "
             f"of the objective's ({', '.join(rollout)} reads rollout_logprobs); set vllm_importance_sampling_correction=False"
         )
-    kls = [(i, r) for i, r in enumerate(objective.regularisers) if isinstance(r, KLPenalty)]
+    kls = [(i, r) for i, r in enumerate(objective.regularisers) if isinstance(r, KLPenalty) and r.added_by_trainers]
     if args.beta != 0.0 and not kls:
         problems.append(
             f"beta = {args.beta!r}: TRL would add its own KL term; add regularisers: "
@@ -192,7 +192,8 @@ def _unavailable_fields(objective: Objective, args) -> list[str]:
     available = {"rollout_logprobs": bool(args.use_vllm), "ref_logprobs": args.beta != 0.0}
     advice = {field: why for field, (_, why) in trainers.TRL.on_setting.items() if not available[field]}
     # A kl regulariser without reference log-probabilities: the beta rule says what to do.
-    kls = [f"regularisers[{i}] ({r.kind})" for i, r in enumerate(objective.regularisers) if isinstance(r, KLPenalty)]
+    kls = [f"regularisers[{i}] ({r.kind})" for i, r in enumerate(objective.regularisers)
+           if isinstance(r, KLPenalty) and r.added_by_trainers]
     return unsupplied(objective, advice, reported=kls, every_adapter=False)  # the rest: trainers.problems
 
 
