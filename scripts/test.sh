@@ -11,7 +11,7 @@ done_with() { if [ "${RLSTAB_PRUNE_ENVS:-0}" = 1 ]; then rm -rf "$1"; fi; }
 .venv-test/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-test/bin/pip install -q --disable-pip-version-check -e ".[test,docs,demo,triton]"
 # The example plugin (a package of its own, found only through its rlstab.components entry point).
-.venv-test/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
+.venv-test/bin/pip install -q --disable-pip-version-check ./examples/rlstab-wreinforce
 # The extras are ranges; CI tests one release of each trainer (pinned below) and checks, offline, that
 # installing an extra next to another in-range release leaves it alone (tests/extras_range.py): its wheel.
 mkdir -p .wheels/in-range
@@ -21,7 +21,7 @@ done
 echo "== core tests"
 .venv-test/bin/python -m pytest -p no:cacheprovider
 echo "== example plugin tests"
-.venv-test/bin/python -m pytest -p no:cacheprovider examples/rlstab-vespo/tests
+.venv-test/bin/python -m pytest -p no:cacheprovider examples/rlstab-wreinforce/tests
 echo "== triton 3.6 interpreter tests"
 # The Triton kernels under Triton 3.6, the release torch 2.11 ships (and so veRL 0.9.1, which pins torch
 # 2.11): .venv-test has the newest Triton. Every test that runs the kernels under the interpreter.
@@ -55,7 +55,7 @@ echo "== verl tests"
 [ -x .venv-verl/bin/python ] || "$PY" -m venv .venv-verl
 .venv-verl/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-verl/bin/pip install -q --disable-pip-version-check -e ".[test,verl]" verl==0.9.1 "uvicorn>=0.30" "fastapi>=0.110"
-.venv-verl/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
+.venv-verl/bin/pip install -q --disable-pip-version-check ./examples/rlstab-wreinforce
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-verl/bin/python -m pytest -p no:cacheprovider tests/adapters/verl
 done_with .venv-verl
 echo "== trl tests"
@@ -63,7 +63,7 @@ echo "== trl tests"
 [ -x .venv-trl/bin/python ] || "$PY" -m venv .venv-trl
 .venv-trl/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv-trl/bin/pip install -q --disable-pip-version-check -e ".[test,trl]" trl==1.16.0
-.venv-trl/bin/pip install -q --disable-pip-version-check ./examples/rlstab-vespo
+.venv-trl/bin/pip install -q --disable-pip-version-check ./examples/rlstab-wreinforce
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-trl/bin/python -m pytest -p no:cacheprovider tests/adapters/trl
 done_with .venv-trl
 echo "== openrlhf tests"

@@ -3,7 +3,7 @@
 ``rlstab validate`` runs in pre-commit hooks and editors, where importing torch would take most of
 the time. Each case runs in a fresh interpreter, since this test process has imported torch long
 since. Every installed plugin is loaded too: in the test environment that is the example plugin
-rlstab-vespo, which takes torch from ``rlstab.lazy`` as the plugins page advises.
+rlstab-wreinforce, which takes torch from ``rlstab.lazy`` as the plugins page advises.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from rlstab.clipping.ppo import NoClip, PPOClip
 from rlstab.clipping.reinforce import Reinforce
 from rlstab.clipping.sapo import SAPO
 from rlstab.clipping.topr import TOPR
+from rlstab.clipping.vespo import VESPO
 
 __all__ = [
     "ASPO",
@@ -33,6 +34,7 @@ __all__ = [
     "MASPO",
     "SAPO",
     "TOPR",
+    "VESPO",
     "ClipCov",
     "DPPOBinaryKL",
     "DPPOBinaryTV",

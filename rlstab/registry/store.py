@@ -46,7 +46,7 @@ class PluginWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Registration:
-    """One kind: its family, class and origin (``rlstab 0.1.0``, ``rlstab-vespo 0.1.0``, ``rlstab.register in my_module``)."""
+    """One kind: its family, class and origin (``rlstab 0.1.0``, ``rlstab-wreinforce 0.1.0``, ``rlstab.register in my_module``)."""
 
     family: str
     kind: str

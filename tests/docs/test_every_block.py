@@ -100,10 +100,10 @@ ELSEWHERE = {
     ("docs/expressions.md", "                      ^"): "tests/docs/test_expressions_page.py::test_the_python_block_prints_the_caret_drawing",
     ("docs/lab.md", "results = compare([\"grpo\", \"stapo\"], seeds=5, steps=100, regimes=[\"default\", \"policy-lag\"], out=\"runs/lab\")"): "tests/docs/test_lab_page.py::test_the_python_example_runs",
     ("docs/lab.md", "description: >-"): "tests/docs/test_lab_page.py::test_the_regime_blocks_are_the_shipped_files_in_order",
-    ("docs/plugins.md", "# examples/rlstab-vespo/rlstab_vespo/vespo.py"): "tests/docs/test_plugins_page.py::test_the_example_files_are_shown_verbatim",
-    ("docs/plugins.md", "    check_component(VESPO())"): "tests/docs/test_plugins_page.py::test_the_kit_example_runs",
+    ("docs/plugins.md", "# examples/rlstab-wreinforce/rlstab_wreinforce/w_reinforce.py"): "tests/docs/test_plugins_page.py::test_the_example_files_are_shown_verbatim",
+    ("docs/plugins.md", "    check_component(WReinforce())"): "tests/docs/test_plugins_page.py::test_the_kit_example_runs",
     ("docs/plugins.md", "[project.entry-points.\"rlstab.components\"]"): "tests/docs/test_plugins_page.py::test_the_entry_point_block_is_the_plugins_declaration",
-    ("docs/plugins.md", "$ rlstab components --family surrogate"): "tests/docs/test_plugins_page.py::test_the_listing_is_what_rlstab_components_prints",
+    ("docs/plugins.md", "$ rlstab components --family reweighters"): "tests/docs/test_plugins_page.py::test_the_listing_is_what_rlstab_components_prints",
     ("docs/troubleshooting.md", "loss_fn(batch)"): "tests/docs/test_troubleshooting_page.py::test_the_block_shows_what_it_does",
     ("docs/troubleshooting.md", "rlstab.load(\"extends: grpo\\nmasks: [{kind: ratio_cap}]\\n\")"): "tests/docs/test_troubleshooting_page.py::test_the_block_shows_what_it_does",
     ("docs/troubleshooting.md", "    print(line)"): "tests/docs/test_troubleshooting_page.py::test_the_block_shows_what_it_does",
@@ -311,7 +311,7 @@ def check_yaml(block: Block, folder, capsys) -> None:
         path = "block.yaml"
         text = block.text if {"extends", "aggregation"} & set(data) else "extends: grpo\n" + block.text  # a fragment
         (here / path).write_text(text)
-    if block.page == "docs/plugins.md" and importlib.util.find_spec("rlstab_vespo") is None:
+    if block.page == "docs/plugins.md" and importlib.util.find_spec("rlstab_wreinforce") is None:
         code, lines = run_cli(capsys, ["validate", path])
         assert code == 1 and "unknown kind" in lines[0], lines  # the plugin is not installed here
         return

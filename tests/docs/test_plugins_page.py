@@ -33,7 +33,7 @@ def test_the_example_files_are_shown_verbatim():
 
 def test_the_entry_point_block_is_the_plugins_declaration():
     (toml,) = [text for language, text in BLOCKS if language == "toml"]
-    assert toml in (ROOT / "examples" / "rlstab-vespo" / "pyproject.toml").read_text()
+    assert toml in (ROOT / "examples" / "rlstab-wreinforce" / "pyproject.toml").read_text()
 
 
 def test_the_listing_is_what_rlstab_components_prints(capsys):
@@ -60,7 +60,7 @@ def test_the_kit_example_runs():
     (code,) = [text for language, text in BLOCKS if language == "python" and "check_component" in text]
     namespace: dict = {}
     exec(compile(code, "plugins.md", "exec"), namespace)
-    namespace["test_vespo_passes_the_kit"]()
+    namespace["test_w_reinforce_passes_the_kit"]()
 
 
 def test_the_kit_says_it_needs_the_test_extra(monkeypatch):
@@ -69,12 +69,12 @@ def test_the_kit_says_it_needs_the_test_extra(monkeypatch):
     text = " ".join(PAGE.split("## Test it")[1].split("## Package it")[0].split())
     assert "needs `jsonschema`" in text and "`pip install 'rlstab[test]'`" in text
     assert any(r.startswith("jsonschema") and 'extra == "test"' in r for r in requires("rlstab"))
-    assert 'test = ["rlstab[test]"]' in (ROOT / "examples" / "rlstab-vespo" / "pyproject.toml").read_text()
-    from rlstab_vespo import VESPO
+    assert 'test = ["rlstab[test]"]' in (ROOT / "examples" / "rlstab-wreinforce" / "pyproject.toml").read_text()
+    from rlstab_wreinforce import WReinforce
 
     monkeypatch.setitem(__import__("sys").modules, "jsonschema", None)  # import jsonschema -> ImportError
     with pytest.raises(AssertionError, match=re.escape("needs the jsonschema package (pip install 'rlstab[test]')")):
-        check_component(VESPO())
+        check_component(WReinforce())
 
 
 class RecordingQuantile(Mask):

@@ -8,7 +8,8 @@ model or the reference model is loaded, so a conflict costs seconds, not a rollo
 - **The objective wins for the policy term.** ``loss_type``, ``epsilon``, ``epsilon_high``,
   ``delta``, ``importance_sampling_level`` and the SAPO/VESPO parameters are not read. When one of
   them was changed from TRL's default to a value the objective contradicts, a warning names the
-  flag and the objective's field to edit instead.
+  flag and the objective's field to edit instead (``vespo_k_pos`` is the ``vespo`` surrogate's
+  ``k_pos``, and so on).
 - **Refused: what TRL would add to the loss itself.** The high-entropy token mask
   (``top_entropy_quantile < 1``), the off-policy sequence mask (``off_policy_mask_threshold``),
   the entropy bonus (``entropy_coef``, ``use_adaptive_entropy``), the KL term (``beta``), and
@@ -75,6 +76,10 @@ _FLAG_ATTRIBUTES = {
     "delta": "dual_clip",  # TRL's two-sided clip bound is rlstab's dual-clip constant
     "sapo_temperature_pos": "tau_pos",
     "sapo_temperature_neg": "tau_neg",
+    "vespo_k_pos": "k_pos",
+    "vespo_lambda_pos": "lambda_pos",
+    "vespo_k_neg": "k_neg",
+    "vespo_lambda_neg": "lambda_neg",
 }
 
 
@@ -236,11 +241,6 @@ def _ignored_policy_flags(objective: Objective, args) -> list[str]:
             f"importance_sampling_level = {args.importance_sampling_level!r} is not used: the objective's surrogate "
             f"({surrogate.kind}) decides the ratio (surrogate kind gspo is the sequence-level one)"
         )
-    for field in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
-        if changed(field):
-            notes.append(
-                f"{field} = {getattr(args, field)!r} is not used: the objective decides the policy loss"
-            )
     return notes
 
 

@@ -139,6 +139,10 @@ def test_flags_that_agree_with_the_objective_give_no_warning(tmp_path):
             epsilon_high=4e-4,
         )
         make_trainer(tmp_path, "sapo", loss_type="sapo", sapo_temperature_neg=1.05)
+        make_trainer(tmp_path, "vespo", loss_type="vespo")
+        make_trainer(
+            tmp_path, {"extends": "vespo", "surrogate": {"k_pos": 1.5}}, loss_type="vespo", vespo_k_pos=1.5
+        )  # the same number stated in both places
 
 
 def test_surrogate_specific_flags_are_compared_with_their_own_field(tmp_path):
@@ -152,6 +156,12 @@ def test_surrogate_specific_flags_are_compared_with_their_own_field(tmp_path):
         UserWarning, match=r"epsilon = 0.1 is not used: the objective's surrogate \(sapo\) decides"
     ):
         make_trainer(tmp_path, "sapo", epsilon=0.1)
+    with pytest.warns(UserWarning, match=r"vespo_lambda_neg = 4.0 .* surrogate.lambda_neg = 2.0"):
+        make_trainer(tmp_path, "vespo", vespo_lambda_neg=4.0)
+    with pytest.warns(
+        UserWarning, match=r"vespo_k_pos = 1.5 is not used: the objective's surrogate \(ppo_clip\) decides"
+    ):
+        make_trainer(tmp_path, "dapo", vespo_k_pos=1.5)
 
 
 def test_advantage_estimator_disagreement_gives_a_warning(tmp_path):

@@ -20,8 +20,9 @@ that expresses it:
   ``dr_grpo`` is seq-mean-token-sum-norm with ``max_completion_length``.
 - ``top_entropy_quantile = 0.2`` on dapo is the 20-entropy preset (quantile over the valid tokens
   of the micro-batch, ``>=`` threshold kept, denominator = all valid tokens).
-- loss_type cispo (``epsilon_high`` = the absolute cap, 5.0 recommended) and sapo (temperatures
-  1.0 / 1.05) are the cispo and sapo presets.
+- loss_type cispo (``epsilon_high`` = the absolute cap, 5.0 recommended), sapo (temperatures
+  1.0 / 1.05) and vespo (``vespo_k_pos`` 2, ``vespo_lambda_pos`` 3, ``vespo_k_neg`` 3,
+  ``vespo_lambda_neg`` 2) are the cispo, sapo and vespo presets.
 - ``importance_sampling_level = "sequence"`` with loss_type grpo is GSPO with its gradient through
   the sequence ratio: the gspo preset (eps 3e-4 / 4e-4, no dual-clip, seq-mean-token-mean).
 """
@@ -60,6 +61,8 @@ CASES = {
     "cispo": ({"loss_type": "cispo", "epsilon_high": 5.0}, "cispo"),
     # SAPO: the soft gate with TRL's default temperatures 1.0 / 1.05, grpo's normaliser
     "sapo": ({"loss_type": "sapo"}, "sapo"),
+    # VESPO: -sg(phi(W)) A logp with TRL's default vespo_* parameters, dapo's normaliser (more in test_vespo.py)
+    "vespo": ({"loss_type": "vespo"}, "vespo"),
     "20-entropy": (
         {"loss_type": "dapo", "epsilon_high": 0.28, "delta": 10.0, "top_entropy_quantile": 0.2},
         "20-entropy",
@@ -74,8 +77,8 @@ ACCUMULATION = {
 # Completion lengths for the entropy quantile: 24 valid tokens, so the 0.8-quantile sits at
 # position 0.8 * 23 = 18.4, strictly between two order statistics (no tie at the threshold).
 ENTROPY_LENGTHS = [0, 3, 7, 5, 2, 7]
-# TRL logs no clip_ratio/* for cispo and sapo, and averages gspo's over completions (rlstab: over tokens)
-OWN_METRICS = ("gspo", "cispo", "sapo")
+# TRL logs no clip_ratio/* for cispo, sapo and vespo, and averages gspo's over completions (rlstab: over tokens)
+OWN_METRICS = ("gspo", "cispo", "sapo", "vespo")
 TRL_METRICS = [
     "entropy",
     "clip_ratio/low_mean",

@@ -1,8 +1,9 @@
-"""VESPO as an rlstab surrogate: hand-computed kernels, the closed-form gradient against autograd, padding.
+"""VESPO (the built-in ``vespo`` surrogate): hand-computed kernels, the closed-form gradient against autograd, padding.
 
-The component is called directly (``VESPO().evaluate(tokens, weight)``), as the compiled objective
-calls every surrogate, so these tests need no registry: ``weight`` is the per-token aggregation
-weight (1 / N on the valid tokens for token-mean over N valid tokens, 0 on padding).
+Most tests call the component directly (``VESPO().evaluate(tokens, weight)``), as the compiled
+objective calls every surrogate: ``weight`` is the per-token aggregation weight (1 / N on the valid
+tokens for token-mean over N valid tokens, 0 on padding). TRL 1.16's own ``loss_type="vespo"`` is
+compared in ``tests/adapters/trl/test_vespo.py`` (TRL's suite); nothing here needs TRL.
 """
 
 from __future__ import annotations
@@ -11,17 +12,15 @@ import math
 from importlib.metadata import entry_points
 
 import pytest
-import rlstab
 import torch
 from pydantic import ValidationError
-from rlstab.clipping import Surrogate
+
+import rlstab
+from rlstab.clipping import VESPO, Surrogate
 from rlstab.testing import check_component
 from rlstab.tokens import Tokens
 
-from rlstab_vespo import VESPO
-
 LOG2 = math.log(2.0)
-TOKEN_MEAN = {"kind": "token-mean", "count": "valid"}
 
 
 def tokens(log_ratio, advantages, mask=None, *, logprobs=None, rollout_gap=None, clamp=20.0):
@@ -152,15 +151,25 @@ def random_tokens(seed: int, B: int = 6, T: int = 9, per_token: bool = False, ro
     return t
 
 
-def reference(t: Tokens, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0, rollout_cap=None, fold=False):
-    """The paper's loss written out in float64 with autograd: sum_t weight_t * (-sg(phi) A_t log p_t)."""
+def reference(t: Tokens, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0, rollout_cap=None, fold=False,
+              rollout_floor=None, bounds="truncate"):
+    """The paper's loss written out in float64 with autograd: sum_t weight_t * (-sg(phi) A_t log p_t).
+
+    With ``fold``, the rollout ratio in ratio space as TRL computes it: exp(old - rollout), then
+    clamped into [floor, cap] (truncate) or zeroed outside it (mask), then log and clamp to [log 1e-8, 20]."""
     valid = t.valid_bool
     lp = t.logprobs.double().requires_grad_()
     log_r = (lp - t.old_logprobs.double()).clamp(-20.0, 20.0)
     log_w = torch.where(valid, log_r, 0.0).sum(-1, keepdim=True)
     if fold:
         gap = t.old_logprobs.double() - t.rollout_logprobs.double()
-        ratio = gap.exp() if rollout_cap is None else gap.exp().clamp(max=rollout_cap)
+        ratio = gap.exp()
+        if bounds == "truncate" and (rollout_floor, rollout_cap) != (None, None):
+            ratio = ratio.clamp(min=rollout_floor, max=rollout_cap)
+        elif bounds == "mask":
+            low = 0.0 if rollout_floor is None else rollout_floor
+            high = math.inf if rollout_cap is None else rollout_cap
+            ratio = ratio.masked_fill((ratio < low) | (ratio > high), 0.0)  # log 0 = -inf, clamped to log 1e-8
         log_w = log_w + torch.where(valid, ratio.log().clamp(math.log(1e-8), 20.0), 0.0).sum(-1, keepdim=True)
     w = log_w.clamp(math.log(1e-8), 20.0).exp()
     adv = t.advantages.double()
@@ -198,6 +207,19 @@ def test_rollout_correction_matches_autograd(seed, cap):
     assert (out.loss - plain.loss).abs() > 1e-4  # the rollout ratio did enter W
 
 
+@pytest.mark.parametrize("bounds", ["truncate", "mask"])
+@pytest.mark.parametrize("seed", range(3))
+def test_rollout_band_matches_autograd(seed, bounds):
+    t = random_tokens(seed, rollout=True)
+    component = VESPO(rollout_correction=True, rollout_cap=1.2, rollout_floor=0.8, rollout_bounds=bounds)
+    out = component.evaluate(t, token_mean(t))
+    ref, ref_grad = reference(t, fold=True, rollout_cap=1.2, rollout_floor=0.8, bounds=bounds)
+    assert out.loss.item() == pytest.approx(ref.item(), abs=1e-6)
+    assert torch.allclose(out.grad.double(), ref_grad, atol=1e-7, rtol=1e-5)
+    gap = (t.old_logprobs - t.rollout_logprobs)[t.valid_bool].exp()
+    assert ((gap < 0.8) | (gap > 1.2)).any()  # the band did bind
+
+
 def test_rollout_correction_multiplies_w_by_the_rollout_ratio():
     # log r = 0, old - rollout = log 2 on the one token: W = pi_theta / pi_rollout = 2, phi = 4 e^{-3} (A > 0)
     t = tokens([[0.0]], [1.0], rollout_gap=[[LOG2]])
@@ -205,6 +227,29 @@ def test_rollout_correction_multiplies_w_by_the_rollout_ratio():
     assert phi_of(t).item() == pytest.approx(1.0)  # off: the rollout log-probs are not read
     # capped at 1.5: W = 1.5, phi = e^3 1.5^2 e^{-4.5} = 2.25 e^{-1.5} = 0.502052
     assert phi_of(t, rollout_correction=True, rollout_cap=1.5).item() == pytest.approx(2.25 * math.exp(-1.5), rel=1e-6)
+
+
+def test_rollout_floor_and_mask_by_hand():
+    # One token, log r = 0, pi_old / pi_rollout = 1/2 (old - rollout = -log 2), A = 1 (k = 2, lambda = 3).
+    t = tokens([[0.0]], [1.0], rollout_gap=[[-LOG2]])
+    # no band: W = 1/2, phi = e^3 (1/4) e^{-1.5} = e^{1.5} / 4 = 1.120422
+    assert phi_of(t, rollout_correction=True).item() == pytest.approx(math.exp(1.5) / 4, rel=1e-6)
+    # truncate at floor 0.8: W = 0.8, phi = e^3 0.64 e^{-2.4} = 0.64 e^{0.6} = 1.166151
+    assert phi_of(t, rollout_correction=True, rollout_floor=0.8).item() == pytest.approx(0.64 * math.exp(0.6), rel=1e-6)
+    # mask outside [0.8, 3]: the ratio becomes 0, log 0 clamped to log 1e-8: W = 1e-8,
+    # phi = e^3 (1e-8)^2 e^{-3e-8} = e^3 1e-16 = 2.0085537e-15: the response stops training
+    masked = phi_of(t, rollout_correction=True, rollout_floor=0.8, rollout_cap=3.0, rollout_bounds="mask").item()
+    assert masked == pytest.approx(math.exp(3) * 1e-16, rel=1e-5)
+    # inside the band the mask leaves the ratio as it is: pi_old / pi_rollout = 2 in [0.8, 3]: W = 2, phi = 4 e^{-3}
+    t = tokens([[0.0]], [1.0], rollout_gap=[[LOG2]])
+    kept = phi_of(t, rollout_correction=True, rollout_floor=0.8, rollout_cap=3.0, rollout_bounds="mask").item()
+    assert kept == pytest.approx(4 * math.exp(-3), rel=1e-6)
+
+
+def test_a_rollout_logprob_of_nan_counts_as_no_mismatch():
+    # TRL: nan_to_num(old - sampling) = 0, ratio 1. Here too: W = r = 2 (log r = log 2), phi = 4 e^{-3}
+    t = tokens([[LOG2]], [1.0], rollout_gap=[[math.nan]])
+    assert phi_of(t, rollout_correction=True, rollout_cap=3.0).item() == pytest.approx(4 * math.exp(-3), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------- padding
@@ -271,7 +316,9 @@ def test_defaults_reads_and_description():
     assert VESPO(rollout_correction=True).reads == frozenset({"rollout_logprobs"})
     line = VESPO(k_pos=1.5, lambda_pos=2.5, k_neg=3.5, lambda_neg=4.5, rollout_correction=True, rollout_cap=3.0).describe()
     assert "\n" not in line
-    for number in ("1.5", "2.5", "3.5", "4.5", "capped at 3", "pi_rollout"):
+    masked = VESPO(rollout_correction=True, rollout_floor=0.5, rollout_cap=2.0, rollout_bounds="mask").describe()
+    assert "1e-8 outside [0.5, 2]" in masked
+    for number in ("1.5", "2.5", "3.5", "4.5", "clamped to [0, 3]", "pi_rollout"):
         assert number in line, (number, line)
     for name, field in VESPO.model_fields.items():
         assert name == "kind" or field.description, name  # every parameter carries its docstring
@@ -286,8 +333,12 @@ def test_defaults_reads_and_description():
         {"lambda_neg": -2.0},
         {"k_pos": math.nan},
         {"k_pos": "2"},  # strict: no string coercion
-        {"rollout_cap": 0.0},
+        {"rollout_correction": True, "rollout_cap": 0.9},  # the band must contain 1
+        {"rollout_correction": True, "rollout_floor": 1.1},
+        {"rollout_correction": True, "rollout_floor": 0.0},
         {"rollout_cap": 3.0},  # a cap without the correction it caps
+        {"rollout_floor": 0.5},
+        {"rollout_correction": True, "rollout_bounds": "mask"},  # a mask without a band
         {"kapa_pos": 2.0},  # a typo is an error, not a silently ignored key
     ],
 )
@@ -296,17 +347,18 @@ def test_invalid_fields_are_refused(fields):
         VESPO(**fields)
 
 
-def test_the_entry_point_names_the_class_and_its_kind():
-    (ep,) = entry_points(group="rlstab.components", name="vespo")  # installed: pip install ./examples/rlstab-vespo
-    assert ep.value == "rlstab_vespo:VESPO"
+def test_the_entry_point_is_rlstabs_own():
+    (ep,) = entry_points(group="rlstab.components", name="vespo")  # one: no plugin ships it a second time
+    assert ep.value == "rlstab.clipping.vespo:VESPO"
     assert ep.load() is VESPO
     assert ep.name == VESPO.model_fields["kind"].default
 
 
-def test_the_compiled_objective_runs_the_plugin():
-    """Through rlstab.load: the registry finds the entry point; the loss is the token mean of -phi A log p."""
-    objective = rlstab.load({"extends": "grpo", "surrogate": {"kind": "vespo"}, "aggregation": TOKEN_MEAN})
-    assert isinstance(objective.surrogate, VESPO)
+def test_the_preset_runs_the_formula():
+    """Through rlstab.load("vespo"): the token mean of -phi A log p over valid tokens, TRL's defaults."""
+    objective = rlstab.load("vespo")
+    assert objective.surrogate == VESPO(k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0)
+    assert objective.aggregation.kind == "token-mean" and objective.aggregation.count == "valid"
     t = random_tokens(1)
     logprobs = t.batch.logprobs.clone().requires_grad_()
     batch = rlstab.TokenBatch(
@@ -325,3 +377,4 @@ def test_vespo_passes_rlstabs_conformance_kit():
     # YAML round trip, describe/explain, JSON Schema, padding, micro-batches == step, 2 gloo ranks == 1 process.
     check_component(VESPO())
     check_component(VESPO(k_pos=1.5, lambda_neg=4.0, rollout_correction=True, rollout_cap=3.0))
+    check_component(VESPO(rollout_correction=True, rollout_floor=0.5, rollout_cap=2.0, rollout_bounds="mask"))
