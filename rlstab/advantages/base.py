@@ -37,8 +37,11 @@ class GroupTable:
     count: torch.Tensor
 
     @classmethod
-    def fit(cls, rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None = None) -> GroupTable:
-        """Mean and unbiased std per group; a group of one gets mean 0 and std 1 (veRL's convention).
+    def fit(
+        cls, rewards: torch.Tensor, group_ids: torch.Tensor, responses: torch.Tensor | None = None, unbiased: bool = True
+    ) -> GroupTable:
+        """Mean and unbiased std per group (``unbiased=False``: the population std, divided by n); a group of
+        one gets mean 0 and std 1 (veRL's convention).
 
         ``responses``: ``[B]`` bool, False on padding rows, which are left out (None: every row counts).
         A group of padding rows only gets mean 0 and std 1 too; no response reads it.
@@ -62,7 +65,7 @@ class GroupTable:
         if responses is not None:
             deviation = torch.where(responses, deviation, 0.0)
         sq = torch.zeros_like(count).index_add_(0, inverse, deviation)
-        std = (sq / (count - 1).clamp(min=1)).sqrt()
+        std = (sq / ((count - 1) if unbiased else count).clamp(min=1)).sqrt()
         single = count <= 1  # count 0: a group of padding rows (0 / 0 above)
         mean = torch.where(single, 0.0, mean).to(torch.float32)
         std64 = torch.where(single, 1.0, std)

@@ -15,9 +15,11 @@ from rlstab.clipping.kl_cov import KLCov
 from rlstab.clipping.lp_reg import LpReg
 from rlstab.clipping.m2po import M2PO
 from rlstab.clipping.maspo import MASPO
+from rlstab.clipping.pmd_mean import PMDMean
 from rlstab.clipping.ppo import NoClip, PPOClip
 from rlstab.clipping.reinforce import Reinforce
 from rlstab.clipping.sapo import SAPO
+from rlstab.clipping.target_po import TargetPO
 from rlstab.clipping.topr import TOPR
 from rlstab.clipping.vespo import VESPO
 
@@ -42,8 +44,10 @@ __all__ = [
     "KLCov",
     "LpReg",
     "NoClip",
+    "PMDMean",
     "PPOClip",
     "Reinforce",
     "Surrogate",
     "SurrogateResult",
+    "TargetPO",
 ]

@@ -50,9 +50,11 @@ def builtin_components() -> list:
     from rlstab.clipping.lp_reg import LpReg
     from rlstab.clipping.m2po import M2PO
     from rlstab.clipping.maspo import MASPO
+    from rlstab.clipping.pmd_mean import PMDMean
     from rlstab.clipping.ppo import NoClip, PPOClip
     from rlstab.clipping.reinforce import Reinforce
     from rlstab.clipping.sapo import SAPO
+    from rlstab.clipping.target_po import TargetPO
     from rlstab.clipping.topr import TOPR
     from rlstab.exploration.deep_grpo import DeepGRPO
     from rlstab.exploration.dual_stream import DualStream
@@ -79,6 +81,7 @@ def builtin_components() -> list:
     return [
         # advantage
         GRPO(), RLOO(), ReinforcePP(), OffPolicyOptimalBaseline(), Given(),
+        GRPO(eps=0.0, std="population", std_floor=1e-6),  # issue 41: Target PO's standardisation
         GPG(), GPG(alpha="nonzero_rewards"), OPO(), GRPOPassK(), GRPOPassK(k=2),  # issue 31, H2
         GDPO(), GDPO(weights=[1.0, 2.0, 0.5]), GDPO(source="rewards"),  # issue 31, H2
         OptimalTokenBaseline(), OptimalTokenBaseline(zero_tail=False), MultiTurnOptimalTokenBaseline(),  # issue 31, H3
@@ -108,6 +111,7 @@ def builtin_components() -> list:
         LpReg(negative_fraction=0.2, positive_fraction=0.1, eps_low=0.2, eps_high=0.28),  # issue 31, H5
         Reinforce(), Reinforce(is_weight="token", is_cap=1.5), Reinforce(is_weight="sequence"),  # issue 31, H1
         GMPO(), GMPO(eps_low=0.1, eps_high=0.2), DRO(), DRO(beta=0.5),  # issue 31, H1
+        TargetPO(), TargetPO(eta=0.5, length="mean"), PMDMean(), PMDMean(tau=2.0),  # issue 41
         # aggregation
         TokenMean(count="kept"), TokenMean(count="valid"), TokenSum(count="valid"), SeqMeanTokenMean(count="kept"),
         SeqMeanTokenSum(count="valid"), SeqMeanTokenSumNorm(count="kept"), SeqMeanTokenSumNorm(count="valid", norm=16),

@@ -60,3 +60,28 @@ def test_describe():
 def test_eps_is_bounded():
     with pytest.raises(ValueError):
         GRPO(eps=-1e-6)
+
+
+def test_grpo_population_std_and_std_floor_give_target_pos_scores():
+    # Target PO's scores (arXiv 2604.06159, appendix A; tpo_skill): population std, undivided where std <= 1e-6.
+    # Group 0 (1, 0, 0), padding row left out: mean 1/3, population std sqrt((4/9 + 1/9 + 1/9) / 3) = sqrt(2)/3
+    # = 0.471405 -> A = (2/3) / 0.471405 = 1.414214 = sqrt(2), and (-1/3) / 0.471405 = -0.707107 = -1/sqrt(2)
+    tpo = GRPO(eps=0.0, std="population", std_floor=1e-6)
+    a = estimate(tpo)
+    assert torch.allclose(a, torch.tensor([math.sqrt(2), -1 / math.sqrt(2), -1 / math.sqrt(2), 0.0]), atol=1e-6)
+    # Group (0.5, 0.5 + 1e-7): population std 5e-8 <= 1e-6, so A = R - mean = -+5e-8 (tpo_skill's `centered`),
+    # where plain eps = 0 would divide: -+1.
+    rewards = torch.tensor([0.5, 0.5 + 1e-7], dtype=torch.float64).to(torch.float32)
+    a = estimate(tpo, rewards, torch.tensor([0, 0]), None)
+    assert torch.allclose(a, rewards - rewards.mean(), atol=0.0, rtol=0.0)
+    assert a.abs().max() < 1e-6
+    assert torch.allclose(estimate(GRPO(eps=0.0, std="population"), rewards, torch.tensor([0, 0]), None).abs(),
+                          torch.ones(2))
+
+
+def test_grpo_later_fields_leave_the_fingerprint():
+    import rlstab
+
+    before = rlstab.load({"advantage": {"kind": "grpo"}, "aggregation": {"kind": "token-mean", "count": "valid"}})
+    assert "std" not in before.advantage.model_dump() and "std_floor" not in before.advantage.model_dump()
+    assert "population" in GRPO(std="population").describe() and "unbiased" in GRPO().describe()

@@ -68,7 +68,8 @@ ROWS = rows()
 #   section's stated convention, loss_type="dapo" (TRL 1.16's default, GRPOConfig.loss_type);
 # - OpenRLHF: the row's `--actor.loss_agg_mode M`, else its default token-mean (train_ppo_ray); its gspo always
 #   aggregates per sequence (PolicyLoss sets token_level_loss=False for policy_loss_type gspo);
-# - prime-rl: token-mean (compute_loss divides each loss component by its global count of trainable tokens).
+# - prime-rl: token-mean (compute_loss divides each loss component by its global count of trainable tokens);
+# - TRL's unmerged Target PO (PR #5591): the mean over responses of each group's cross-entropy.
 TRL_CONFIG = ROOT / "rlstab" / "adapters" / "trl" / "config.py"
 TRL_DEFAULT_LOSS_TYPE = "dapo"
 OPENRLHF_DEFAULT_MODE = "token-mean"
@@ -91,6 +92,8 @@ def trainer_aggregation(section: str, settings: str) -> str:
         return fixed.group(1) if fixed else named.group(1) if named else VERL_DEFAULT_MODE
     if section == "prime-rl":  # each loss component divided by its global count of trainable tokens (compute_loss)
         return "token-mean"
+    if section == "TRL pull request #5591 (Target PO)":  # the mean over responses of each group's cross-entropy
+        return "seq-mean-token-mean"
     if section == "TRL":
         loss_type = re.search(r'loss_type="(\w+)"', settings)
         return trl_loss_type_aggregation()[loss_type.group(1) if loss_type else TRL_DEFAULT_LOSS_TYPE]
@@ -219,7 +222,7 @@ def loss_fields(objective: Objective, fields: tuple[str, ...]) -> dict:
 
 def test_the_page_has_rows_for_every_trainer():
     sections = {section for section, _, _, _ in ROWS}
-    assert sections == {"veRL", "TRL", "OpenRLHF", "prime-rl"}
+    assert sections == {"veRL", "TRL", "OpenRLHF", "prime-rl", "TRL pull request #5591 (Target PO)"}
     assert len(ROWS) >= 50
     assert all(references for _, _, references, _ in ROWS)
 
