@@ -51,6 +51,8 @@ def random_batch(
     fields["is_branch"] = fields["group_ids"] >= (groups + 1) // 2
     # Lp-Reg's min-p proxy of the old policy, 0.3 above its log-probabilities, at most 0 (drawn from no stream).
     fields["proxy_logprobs"] = (fields["old_logprobs"].float() + 0.3).clamp(max=0.0).to(dtype)
+    # GTPO's conflict tokens: response token ids from a vocabulary of 3 (its own stream, so nothing else moves).
+    fields["token_ids"] = torch.randint(0, 3, (B, T), generator=torch.Generator().manual_seed(20_000 + seed))
     if advantages == "sequence":
         fields["advantages"] = torch.randn(B, generator=g).to(dtype)
     elif advantages == "token":

@@ -30,7 +30,7 @@ class GTPOAdvantage(AdvantageEstimator):
     (README of github winstonsmith1897/GTPO); the filter $\delta_i$ that multiplies it is the mask
     ``gtpo_entropy_filter``, and the conflict-token weight $\lambda_{i,t}$ the reweighter ``gtpo_conflict``.
 
-    Defaults are the authors' code (``gtpo/gtpo_training.py``): ``_prepare_inputs`` centres the rewards,
+    Defaults are the authors' code (``gtpo/gtpo_training.py``): their trainer's input preparation centres the rewards,
     ``advantages = rewards - mean_grouped_rewards``, with the division by the group's std commented out
     (``normalize_std: false``; ``true`` divides by the unbiased std plus ``eps``, as GRPO); then
     ``UnslothEfficientGTPO.forward`` subtracts ``ENT_SCALE * entropies`` with ``ENT_SCALE = 0.1`` ($\gamma$,

@@ -2,7 +2,6 @@ r"""GTPO's entropy filter: drop every response whose mean token entropy exceeds 
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -45,7 +44,7 @@ class GTPOEntropyFilter(Mask):
     """
 
     kind: Literal["gtpo_entropy_filter"] = "gtpo_entropy_filter"
-    bound: float = Field(math.log(2.0), ge=0.0)
+    bound: float = Field(0.6931471805599453, ge=0.0)
     """The largest mean token entropy a response may have and still train (the paper's ln 2)."""
 
     reads: ClassVar[frozenset[str]] = frozenset({"entropy"})
