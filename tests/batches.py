@@ -106,7 +106,8 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
     group filter when the batch carries advantages (each response its own group, so nothing is
     dropped and the loss is the filter-free one), branch marks for ``dual_stream`` (every other row),
     each response's gradient norm for ``opob``, Lp-Reg's proxy log-probabilities (0.3 above the old
-    ones, at most 0). Rows appended later (padding) leave these values of
+    ones, at most 0), GTPO's token ids (one group, rewards alternating 0 and 1). Rows appended later (padding)
+    leave these values of
     the first rows unchanged.
     """
     fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)} if isinstance(batch, rlstab.TokenBatch) else dict(batch)
@@ -121,4 +122,12 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
     if Plan.of(objective).readers("proxy_logprobs") and fields.get("proxy_logprobs") is None:  # Lp-Reg's min-p proxy
         old = fields.get("old_logprobs")
         fields["proxy_logprobs"] = ((fields["logprobs"] if old is None else old).detach() + 0.3).clamp(max=0.0)
+    plan = Plan.of(objective)
+    if plan.readers("token_ids") and fields.get("token_ids") is None:  # GTPO's conflict tokens: one group, binary
+        T = fields["logprobs"].shape[1]  # rewards, token ids that rows of both signs share at some positions
+        fields["token_ids"] = (torch.arange(T)[None, :] + rows[:, None] % 2) % 3
+        if fields.get("group_ids") is None:
+            fields["group_ids"] = torch.zeros(B, dtype=torch.int64)
+        if plan.readers("rewards") and fields.get("rewards") is None:
+            fields["rewards"] = (rows % 2).float()
     return rlstab.TokenBatch(**fields) if isinstance(batch, rlstab.TokenBatch) else fields
