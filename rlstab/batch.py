@@ -17,6 +17,8 @@ TOKEN_FIELDS = ("logprobs", "old_logprobs", "entropy", "rollout_logprobs", "ref_
                 "proxy_logprobs")
 # Fields laid out per sequence, [B].
 SEQUENCE_FIELDS = ("rewards", "group_ids", "grad_sq_norms", "is_branch")
+# Integer fields laid out per token, [B, T].
+TOKEN_ID_FIELDS = ("token_ids",)
 # Fields laid out per sequence with several columns, [B, K].
 SEQUENCE_MATRIX_FIELDS = ("reward_components",)
 # Log-probabilities: at most 0 on every valid token.
@@ -115,6 +117,11 @@ class TokenBatch:
             most likely one removed and the rest renormalised
             (``rlstab.clipping.lp_reg.min_p_proxy_logprobs``; a removed token gets about -1e4). Read by
             the surrogate ``lp_reg``; rlstab's embedded trainer computes it in its old-policy pass.
+        token_ids: ``[B, T]`` integer vocabulary id of each response token (the sampled token whose
+            log-probability ``logprobs`` holds), for GTPO's conflict tokens (reweighter ``gtpo_conflict``),
+            which compares the tokens of a prompt group's responses position by position. Any integer
+            dtype; padding may hold anything (the trainer's pad id). rlstab's embedded trainer supplies it;
+            the veRL, OpenRLHF and TRL adapters do not (they refuse a component that reads it).
 
     Any layout is accepted (a transposed or column-major buffer, a slice with a step, an
     ``expand``-ed view): the loss reads contiguous float32 copies where needed and the gradient
@@ -145,6 +152,7 @@ class TokenBatch:
     reward_components: torch.Tensor | None = None
     sum_pi_squared: torch.Tensor | None = None
     proxy_logprobs: torch.Tensor | None = None
+    token_ids: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self._validate()
@@ -241,6 +249,11 @@ class TokenBatch:
                 raise BatchError(f"TokenBatch.reward_components must be [B, K] with B={B}, got {list(value.shape)}")
             if not value.is_floating_point():
                 raise BatchError(f"TokenBatch.reward_components must be floating point, got {value.dtype}")
+        if self.token_ids is not None:
+            if tuple(self.token_ids.shape) != (B, T):
+                raise BatchError(f"TokenBatch.token_ids must be [B, T] = {[B, T]}, got {list(self.token_ids.shape)}")
+            if self.token_ids.is_floating_point() or self.token_ids.is_complex() or self.token_ids.dtype == torch.bool:
+                raise BatchError(f"TokenBatch.token_ids must be an integer tensor, got {self.token_ids.dtype}")
         if self.group_ids is not None:
             if tuple(self.group_ids.shape) != (B,):
                 raise BatchError(f"TokenBatch.group_ids must be [B] = [{B}], got {list(self.group_ids.shape)}")

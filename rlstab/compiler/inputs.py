@@ -77,7 +77,8 @@ class Inputs:
         names.append("advantages" if advantages else "rewards")
         if is_weights:
             names.append("is_weights")
-        read = {f for _, f in self.plan.reads} - {"advantages", "is_branch"}  # a bool cannot be non-finite
+        # a bool cannot be non-finite, nor can integer token ids (which hold no limits either)
+        read = {f for _, f in self.plan.reads} - {"advantages", "is_branch", "token_ids"}
         if not advantages:
             read |= set(self.objective.advantage.reads) - {"rewards", "group_ids"}
         if entropy:

@@ -24,6 +24,7 @@ What the values are made to exercise:
 - three reward dimensions (``reward_components``) on different scales, each of three levels;
 - ``sum_pi_squared`` between its bounds given the old policy's probability of the sampled token;
 - ``proxy_logprobs`` (Lp-Reg's min-p proxy) at or above the old log-prob and at most 0, 10% filtered out (-1e4);
+- ``token_ids`` from a vocabulary of 3 (responses of a group share tokens at the same positions);
 - padding positions hold finite random values, not zeros: a component that reads padding sees
   values that differ from the ones the padding check puts there.
 """
@@ -39,7 +40,7 @@ from rlstab.lazy import torch
 # What the kit knows how to draw, and what every loss needs whatever its components declare.
 DRAWN = (
     "old_logprobs", "entropy", "rollout_logprobs", "ref_logprobs", "rewards", "group_ids", "grad_sq_norms",
-    "is_branch", "advantages", "reward_components", "sum_pi_squared", "proxy_logprobs",
+    "is_branch", "advantages", "reward_components", "sum_pi_squared", "proxy_logprobs", "token_ids",
 )
 ALWAYS = ("logprobs", "response_mask", "old_logprobs")
 DIFFERENTIABLE = ("logprobs", "entropy")  # the fields whose gradients the checks compare
@@ -115,6 +116,9 @@ def make_batch(
     kept_mass = torch.rand(B, T, generator=g) * 0.5
     filtered = torch.rand(B, T, generator=g) < 0.1
     drawn["proxy_logprobs"] = torch.where(filtered, -1e4, (old + kept_mass).clamp(max=0.0))
+    # drawn after it, likewise: token ids from a vocabulary of 3, so that responses of a group share tokens at the
+    # same positions (GTPO's conflict tokens)
+    drawn["token_ids"] = torch.randint(0, 3, (B, T), generator=g)
     if advantages == "sequence":
         drawn["advantages"] = sequence_advantages
     elif advantages == "token":

@@ -193,6 +193,7 @@ def update(
             is_branch=None if is_branch is None else is_branch[idx],
             sum_pi_squared=None if sum_pi_squared is None else sum_pi_squared[idx],
             proxy_logprobs=None if proxy_logprobs is None else proxy_logprobs[idx],
+            token_ids=rollout.response_ids[idx],
         )
 
     state_before = loss_fn.state_dict() if meter is not None else None

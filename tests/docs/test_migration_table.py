@@ -69,7 +69,8 @@ ROWS = rows()
 # - OpenRLHF: the row's `--actor.loss_agg_mode M`, else its default token-mean (train_ppo_ray); its gspo always
 #   aggregates per sequence (PolicyLoss sets token_level_loss=False for policy_loss_type gspo);
 # - prime-rl: token-mean (compute_loss divides each loss component by its global count of trainable tokens);
-# - TRL's unmerged Target PO (PR #5591): the mean over responses of each group's cross-entropy.
+# - TRL's unmerged Target PO (PR #5591): the mean over responses of each group's cross-entropy;
+# - GTPO's authors' trainer: the mean over responses of each response's token mean (its README's objective).
 TRL_CONFIG = ROOT / "rlstab" / "adapters" / "trl" / "config.py"
 TRL_DEFAULT_LOSS_TYPE = "dapo"
 OPENRLHF_DEFAULT_MODE = "token-mean"
@@ -93,6 +94,8 @@ def trainer_aggregation(section: str, settings: str) -> str:
     if section == "prime-rl":  # each loss component divided by its global count of trainable tokens (compute_loss)
         return "token-mean"
     if section == "TRL pull request #5591 (Target PO)":  # the mean over responses of each group's cross-entropy
+        return "seq-mean-token-mean"
+    if section == "GTPO (its authors' trainer)":  # the README's 1/G sum_i 1/|o_i| sum_t
         return "seq-mean-token-mean"
     if section == "TRL":
         loss_type = re.search(r'loss_type="(\w+)"', settings)
@@ -222,7 +225,8 @@ def loss_fields(objective: Objective, fields: tuple[str, ...]) -> dict:
 
 def test_the_page_has_rows_for_every_trainer():
     sections = {section for section, _, _, _ in ROWS}
-    assert sections == {"veRL", "TRL", "OpenRLHF", "prime-rl", "TRL pull request #5591 (Target PO)"}
+    assert sections == {"veRL", "TRL", "OpenRLHF", "prime-rl", "TRL pull request #5591 (Target PO)",
+                        "GTPO (its authors' trainer)"}
     assert len(ROWS) >= 50
     assert all(references for _, _, references, _ in ROWS)
 

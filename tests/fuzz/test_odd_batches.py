@@ -13,7 +13,7 @@ What it generates (hypothesis), per preset:
 - advantages per response, per token, or estimated from rewards and group ids (padding rows
   get any reward and group ids no other row has);
 - optional fields present or not (old, rollout and reference log-probabilities, entropy,
-  importance weights);
+  importance weights, token ids in int64, int32 or uint8);
 - non-finite values: none; NaN, +-inf or a huge finite value (3e38, float32/64 fields only) on
   padding; or NaN / +-inf on one valid token of one field (a reward: of a response with tokens);
 - values a field cannot hold (``rlstab.batch.VALUE_LIMITS``), on padding or on one valid token: a
@@ -114,7 +114,7 @@ class Case:
                 fields[name] = None
                 continue
             if reference:
-                v = v.to(torch.float32) if v.is_floating_point() else v.to(torch.int64 if name == "group_ids" else torch.bool)
+                v = v.to(torch.float32) if v.is_floating_point() else v.to(torch.int64 if name in ("group_ids", "token_ids") else torch.bool)
                 if name in DIFFERENTIABLE:
                     leaves[name] = v = v.clone().requires_grad_()
                 fields[name] = v
@@ -178,6 +178,10 @@ def cases(draw, name: str) -> Case:
     else:
         shape = (B,) if advantages == "sequence" else (B, T)
         values["advantages"] = floats("advantages", (torch.rand(shape, generator=g, dtype=torch.float64) - 0.5) * 4)
+
+    # GTPO's conflict tokens read the response token ids: any integer dtype, any layout, anything on padding
+    ids = torch.randint(0, 3, (B, T), generator=g)
+    values["token_ids"] = shaped("token_ids", ids, draw(st.sampled_from([torch.int64, torch.int32, torch.uint8]))) if optional() else None
 
     case = Case(name, values, layouts)
     placement = draw(st.sampled_from(["none", "padding", "padding", "valid"]))

@@ -149,7 +149,7 @@ def test_no_shipped_preset_drops_a_component_without_saying_it_means_to():
         # a problem in an added component names its place in the file, not in the merged list (masks[1])
         ("{append: [{kind: s2t, tau_p: 1.5}]}", "masks.append[0].tau_p = 1.5: Input should be less than 1"),
         ("{append: [{kind: s2t}, {kind: nope}]}", "masks.append[1].kind = 'nope': unknown kind; `rlstab components "
-         "--family masks` lists its 11 kinds"),
+         "--family masks` lists its 12 kinds"),
         ("{replace: [{tau_p: 0.1}]}", "masks.replace[0]: a 'kind' field is required to say which component this is"),
     ],
 )

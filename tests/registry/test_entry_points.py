@@ -94,7 +94,7 @@ def test_a_plugin_that_fails_to_import_is_named_at_load_and_in_the_error(tmp_pat
     assert warning == f"warning: {failure}"
     assert [error] == [
         f"{tmp_path / 'objective.yaml'}: masks[0].kind = 'ratio_cap': unknown kind; "
-        f"`rlstab components --family masks` lists its 11 kinds ({failure})"
+        f"`rlstab components --family masks` lists its 12 kinds ({failure})"
     ]
 
 
