@@ -82,6 +82,8 @@ def trainer_aggregation(section: str, settings: str) -> str:
         fixed = re.search(r"veRL aggregates `([\w-]+)`[^|]*?whatever `loss_agg_mode` says", settings)
         named = re.search(r"loss_agg_mode: ([\w-]+)", settings)
         return fixed.group(1) if fixed else named.group(1) if named else VERL_DEFAULT_MODE
+    if section == "TRL AsyncGRPO":  # one loss: each micro-batch's token mean (AsyncGRPOTrainer.compute_loss)
+        return "token-mean"
     if section == "TRL":
         loss_type = re.search(r'loss_type="(\w+)"', settings)
         return trl_loss_type_aggregation()[loss_type.group(1) if loss_type else TRL_DEFAULT_LOSS_TYPE]
@@ -210,7 +212,7 @@ def loss_fields(objective: Objective, fields: tuple[str, ...]) -> dict:
 
 def test_the_page_has_rows_for_every_trainer():
     sections = {section for section, _, _, _ in ROWS}
-    assert sections == {"veRL", "TRL", "OpenRLHF"}
+    assert sections == {"veRL", "TRL", "TRL AsyncGRPO", "OpenRLHF"}
     assert len(ROWS) >= 50
     assert all(references for _, _, references, _ in ROWS)
 

@@ -1,5 +1,5 @@
 """TRL adapter: [`RlstabGRPOTrainer`][rlstab.adapters.trl.RlstabGRPOTrainer], a ``trl.GRPOTrainer`` whose loss is an rlstab objective,
-and [`RlstabAsyncGRPOTrainer`][rlstab.adapters.trl.RlstabAsyncGRPOTrainer], the same for ``trl.experimental.async_grpo.AsyncGRPOTrainer``.
+and [`RlstabAsyncGRPOTrainer`][rlstab.adapters.trl.async_loss.RlstabAsyncGRPOTrainer], the same for ``trl.experimental.async_grpo.AsyncGRPOTrainer``.
 
     from rlstab.adapters.trl import RlstabGRPOTrainer
     trainer = RlstabGRPOTrainer(objective="stapo", model=..., reward_funcs=..., args=GRPOConfig(...), train_dataset=...)
