@@ -16,7 +16,7 @@ def explain(objective: Objective, source: str | None = None, trainer: str | None
     """The composed objective as a readable formula with every parameter (what ``rlstab explain`` prints).
 
     Its first line is the objective's name, or ``source`` (where it was loaded from, a file) and how to
-    name it. ``trainer`` (``verl``, ``trl``, ``openrlhf``): where each part runs with that trainer, and
+    name it. ``trainer`` (``verl``, ``trl``, ``trl-async``, ``openrlhf``): where each part runs with that trainer, and
     what its adapter refuses and needs. Reads the objective and its [`Plan`][rlstab.compiler.plan.Plan]:
     no torch.
     """

@@ -41,7 +41,7 @@ def placement(o: Objective, trainer: str | None = None) -> list[tuple[str, str, 
     """``(layer, parts, who executes them)`` per group of parts: the loss, the step, the sampler, the rollout.
 
     Without ``trainer``: the trainers that run the parts (``embedded`` and each adapter that
-    does not refuse them) and those that refuse them. With ``trainer`` (``verl``, ``trl``,
+    does not refuse them) and those that refuse them. With ``trainer`` (``verl``, ``trl``, ``trl-async``,
     ``openrlhf``): whether that trainer runs them.
     """
     chosen = trainers.trainer(trainer) if trainer is not None else None

@@ -1,8 +1,8 @@
 """What each trainer's adapter supplies and executes: the one description every check reads.
 
 ``rlstab validate --trainer T``, ``rlstab explain --trainer T`` and the adapters' own start-up
-checks (veRL's ``RlstabPolicyLossConfig``, TRL's ``RlstabGRPOTrainer``, OpenRLHF's launcher and
-``RlstabPolicyLoss``) all call [`problems`][rlstab.adapters.trainers.problems] with the same
+checks (veRL's ``RlstabPolicyLossConfig``, TRL's ``RlstabGRPOTrainer`` and ``RlstabAsyncGRPOTrainer``,
+OpenRLHF's launcher and ``RlstabPolicyLoss``) all call [`problems`][rlstab.adapters.trainers.problems] with the same
 [`Trainer`][rlstab.adapters.trainers.Trainer] entry, so the command line and the cluster cannot
 disagree about an objective.
 
@@ -50,8 +50,9 @@ class Trainer:
     """What one trainer's adapter can give an objective.
 
     Attributes:
-        key: the ``--trainer`` value (``verl``, ``trl``, ``openrlhf``).
+        key: the ``--trainer`` value (``verl``, ``trl``, ``trl-async``, ``openrlhf``).
         name: as the messages write it (``veRL``).
+        folder: the adapter's package, ``rlstab/adapters/<folder>/`` (TRL's two trainers share ``trl``).
         step_statistics: the adapter's step scopes, its default first.
         unavailable: ``TokenBatch`` field -> why the trainer's loss call never carries it, and what
             to do instead.
@@ -68,6 +69,7 @@ class Trainer:
 
     key: str
     name: str
+    folder: str
     step_statistics: tuple[str, ...]
     unavailable: Mapping[str, str]
     on_setting: Mapping[str, tuple[str, str]] = field(default_factory=dict)
@@ -102,6 +104,7 @@ class Setting:
 VERL = Trainer(
     key="verl",
     name="veRL",
+    folder="verl",
     step_statistics=("optimizer_step", "local", "data_parallel"),
     unavailable={
         "rollout_logprobs": "veRL applies its rollout correction in the driver (algorithm.rollout_correction) and "
@@ -137,6 +140,7 @@ VERL = Trainer(
 TRL = Trainer(
     key="trl",
     name="TRL",
+    folder="trl",
     step_statistics=("data_parallel", "optimizer_step"),
     unavailable={
         "rewards": "TRL hands the loss its advantages, not the rewards",
@@ -159,6 +163,7 @@ TRL = Trainer(
 OPENRLHF = Trainer(
     key="openrlhf",
     name="OpenRLHF",
+    folder="openrlhf",
     step_statistics=("optimizer_step", "local"),
     unavailable={
         "ref_logprobs": "OpenRLHF's PolicyLoss is not given reference log-probabilities (its KL loss is separate)",
@@ -185,12 +190,36 @@ OPENRLHF = Trainer(
     paste=("OpenRLHF flags (after python -m rlstab.adapters.openrlhf --objective ...)", "{} \\"),
 )
 
-TRAINERS: dict[str, Trainer] = {t.key: t for t in (VERL, OPENRLHF, TRL)}
+ASYNC_PROXIMAL = "old_logprobs='proximal'"
+"""The ``RlstabAsyncGRPOTrainer`` argument with which its loss call carries ``rollout_logprobs``."""
+
+TRL_ASYNC = Trainer(
+    key="trl-async",
+    name="TRL AsyncGRPO",
+    folder="trl",
+    step_statistics=("data_parallel", "optimizer_step"),
+    unavailable={
+        "ref_logprobs": "TRL's AsyncGRPOTrainer has no reference model (and no KL term); use TRL's GRPOTrainer "
+        "(--trainer trl, beta = the kl coef) or rlstab's embedded trainer",
+        "rewards": "TRL's AsyncGRPOTrainer hands the loss the advantages its rollout worker computed, not the rewards",
+        "group_ids": "TRL's AsyncGRPOTrainer packs the samples without their prompt groups",
+    },
+    on_setting={"rollout_logprobs": (
+        f"RlstabAsyncGRPOTrainer({ASYNC_PROXIMAL})",
+        "TRL's AsyncGRPOTrainer keeps one log-probability per token, the sampler's, and takes its ratio against it "
+        "(old_logprobs); with old_logprobs='proximal' the ratio is taken against the policy being trained and the "
+        "sampler's become rollout_logprobs",
+    )},
+    pastes={"rollout_logprobs": ('old_logprobs="proximal"',)},
+    paste=("RlstabAsyncGRPOTrainer arguments", "{},"),
+)
+
+TRAINERS: dict[str, Trainer] = {t.key: t for t in (VERL, OPENRLHF, TRL, TRL_ASYNC)}
 """Every adapter, by its ``--trainer`` value."""
 
 
 def trainer(key: str) -> Trainer:
-    """The entry for ``key`` (``verl``, ``trl``, ``openrlhf``; any case, so ``veRL`` too)."""
+    """The entry for ``key`` (``verl``, ``trl``, ``trl-async``, ``openrlhf``; any case, so ``veRL`` too)."""
     found = TRAINERS.get(str(key).lower())
     if found is None:
         raise ValueError(f"trainer {key!r}: allowed {', '.join(TRAINERS)}")

@@ -90,7 +90,7 @@ def test_an_unknown_trainer_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["validate", "--trainer", "deepspeed", "grpo"])
     assert exit.value.code == 2
-    assert "argument --trainer: invalid choice: 'deepspeed' (choose from 'verl', 'openrlhf', 'trl')" in capsys.readouterr().err
+    assert "argument --trainer: invalid choice: 'deepspeed' (choose from 'verl', 'openrlhf', 'trl', 'trl-async')" in capsys.readouterr().err
 
 
 def test_a_file_that_does_not_load_is_reported_as_without_trainer(tmp_path, capsys):
@@ -116,7 +116,7 @@ def test_the_yaml_pages_block_is_what_validate_prints(capsys):
 def test_explain_tis_no_longer_claims_verl_runs_its_reweighter():
     text = explain(rlstab.load("tis"))
     rows = text[text.index("Where each part runs"):].splitlines()
-    assert "  loss     reweighters[0] (tis): the compiled loss: embedded, OpenRLHF, TRL; refused by veRL" in rows
+    assert "  loss     reweighters[0] (tis): the compiled loss: embedded, OpenRLHF, TRL, TRL AsyncGRPO; refused by veRL" in rows
     assert "in any trainer" not in text
 
 
@@ -174,16 +174,16 @@ def test_explain_never_claims_a_trainer_runs_what_its_adapter_refuses(name):
 def test_opo_runs_in_verls_driver_and_nowhere_else_among_the_adapters():
     rows = placement(rlstab.load({"extends": "grpo", "advantage": {"kind": "opo"}}))
     assert rows[1] == ("step", "advantage (opo)", "the estimator: embedded; veRL computes it in its driver "
-                       "(algorithm.adv_estimator=opo); refused by OpenRLHF, TRL")
+                       "(algorithm.adv_estimator=opo); refused by OpenRLHF, TRL, TRL AsyncGRPO")
 
 
 # ----------------------------------------------------------------------------- the description itself
 
 
 def test_each_trainer_is_one_entry_and_its_problems_are_its_refusals():
-    assert list(trainers.TRAINERS) == ["verl", "openrlhf", "trl"]
+    assert list(trainers.TRAINERS) == ["verl", "openrlhf", "trl", "trl-async"]
     assert trainers.trainer("veRL") is trainers.VERL
-    with pytest.raises(ValueError, match="trainer 'x': allowed verl, openrlhf, trl"):
+    with pytest.raises(ValueError, match="trainer 'x': allowed verl, openrlhf, trl, trl-async"):
         trainers.trainer("x")
     objective = rlstab.load({"extends": "grpo", "aggregation": {"kind": "token-sum", "count": "valid"}})
     assert trainers.refusals(objective, "openrlhf") == [("aggregation (token-sum)", (
@@ -201,7 +201,7 @@ from rlstab.cli import main
 names = rlstab.preset_names()
 codes = []
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-    for trainer in ("verl", "trl", "openrlhf"):
+    for trainer in ("verl", "trl", "trl-async", "openrlhf"):
         codes.append(main(["validate", "--trainer", trainer, *names]))
         codes += [main(["explain", "--trainer", trainer, name]) for name in names]
 heavy = ("torch", "verl", "trl", "openrlhf", "ray", "transformers", "deepspeed")

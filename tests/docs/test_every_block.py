@@ -137,6 +137,8 @@ NOTED_ON_PURPOSE = {
 NEEDS_A_TRAINER = {
     ("docs/adapters/trl.md", "from rlstab.adapters.trl import RlstabGRPOTrainer"): "trl",
     ("docs/adapters/trl.md", 'RlstabGRPOTrainer(objective={"extends": "stapo", "surrogate": {"eps_high": 0.3}}, **grpo_trainer_arguments)'): "trl",
+    # needs a vLLM server; tests/adapters/trl/test_async_grpo.py trains the same class with a stand-in rollout worker
+    ("docs/adapters/trl.md", "from rlstab.adapters.trl import RlstabAsyncGRPOTrainer"): "trl",
 }
 
 # What a Python block uses that its page's text implies but does not define: run before the block.

@@ -68,9 +68,14 @@ ROWS = rows()
 #   section's stated convention, loss_type="dapo" (TRL 1.16's default, GRPOConfig.loss_type);
 # - OpenRLHF: the row's `--actor.loss_agg_mode M`, else its default token-mean (train_ppo_ray); its gspo always
 #   aggregates per sequence (PolicyLoss sets token_level_loss=False for policy_loss_type gspo);
-# - prime-rl: token-mean (compute_loss divides each loss component by its global count of trainable tokens);
-# - TRL's unmerged Target PO (PR #5591): the mean over responses of each group's cross-entropy;
-# - GTPO's authors' trainer: the mean over responses of each response's token mean (its README's objective).
+# - the other sections: their trainer's one aggregation (FIXED_AGGREGATION).
+# The sections whose trainer has one aggregation whatever its settings.
+FIXED_AGGREGATION = {
+    "TRL AsyncGRPO": "token-mean",  # each micro-batch's token mean (AsyncGRPOTrainer.compute_loss)
+    "prime-rl": "token-mean",  # each loss component divided by its global count of trainable tokens (compute_loss)
+    "TRL pull request #5591 (Target PO)": "seq-mean-token-mean",  # the mean over responses of each group's CE
+    "GTPO (its authors' trainer)": "seq-mean-token-mean",  # the README's 1/G sum_i 1/|o_i| sum_t
+}
 TRL_CONFIG = ROOT / "rlstab" / "adapters" / "trl" / "config.py"
 TRL_DEFAULT_LOSS_TYPE = "dapo"
 OPENRLHF_DEFAULT_MODE = "token-mean"
@@ -91,12 +96,8 @@ def trainer_aggregation(section: str, settings: str) -> str:
         fixed = re.search(r"veRL aggregates `([\w-]+)`[^|]*?whatever `loss_agg_mode` says", settings)
         named = re.search(r"loss_agg_mode: ([\w-]+)", settings)
         return fixed.group(1) if fixed else named.group(1) if named else VERL_DEFAULT_MODE
-    if section == "prime-rl":  # each loss component divided by its global count of trainable tokens (compute_loss)
-        return "token-mean"
-    if section == "TRL pull request #5591 (Target PO)":  # the mean over responses of each group's cross-entropy
-        return "seq-mean-token-mean"
-    if section == "GTPO (its authors' trainer)":  # the README's 1/G sum_i 1/|o_i| sum_t
-        return "seq-mean-token-mean"
+    if section in FIXED_AGGREGATION:
+        return FIXED_AGGREGATION[section]
     if section == "TRL":
         loss_type = re.search(r'loss_type="(\w+)"', settings)
         return trl_loss_type_aggregation()[loss_type.group(1) if loss_type else TRL_DEFAULT_LOSS_TYPE]
@@ -225,8 +226,7 @@ def loss_fields(objective: Objective, fields: tuple[str, ...]) -> dict:
 
 def test_the_page_has_rows_for_every_trainer():
     sections = {section for section, _, _, _ in ROWS}
-    assert sections == {"veRL", "TRL", "OpenRLHF", "prime-rl", "TRL pull request #5591 (Target PO)",
-                        "GTPO (its authors' trainer)"}
+    assert sections == {"veRL", "TRL", "OpenRLHF", *FIXED_AGGREGATION}
     assert len(ROWS) >= 50
     assert all(references for _, _, references, _ in ROWS)
 

@@ -83,16 +83,19 @@ _FLAG_ATTRIBUTES = {
 }
 
 
-def build_objective(objective: Any) -> Objective:
-    """Load ``objective`` (preset name, YAML path or text, dict, or Objective); errors name the trainer argument."""
+def build_objective(objective: Any, label: str = LABEL) -> Objective:
+    """Load ``objective`` (preset name, YAML path or text, dict, or Objective); errors name the trainer argument.
+
+    ``label``: the trainer class the errors name (``RlstabAsyncGRPOTrainer`` shares this loader).
+    """
     if objective is None:
         raise ConfigError(
-            f"{LABEL}(objective=None)",
+            f"{label}(objective=None)",
             [
                 "objective: required; a preset name (rlstab presets), an objective YAML path, a dict or an rlstab.Objective"
             ],
         )
-    label = f"{LABEL}(objective={_short(objective)})"
+    label = f"{label}(objective={_short(objective)})"
     try:
         return load(objective)
     except ConfigError as err:
