@@ -106,9 +106,9 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
     group filter when the batch carries advantages (each response its own group, so nothing is
     dropped and the loss is the filter-free one), branch marks for ``dual_stream`` (every other row),
     each response's gradient norm for ``opob``, Lp-Reg's proxy log-probabilities (0.3 above the old
-    ones, at most 0), GTPO's token ids (one group, rewards alternating 0 and 1). Rows appended later (padding)
-    leave these values of
-    the first rows unchanged.
+    ones, at most 0), GTPO's token ids (one group, rewards alternating 0 and 1), and group ids for a
+    surrogate that reads them (Target PO: pairs of rows). Rows appended later (padding) leave these
+    values of the first rows unchanged.
     """
     fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)} if isinstance(batch, rlstab.TokenBatch) else dict(batch)
     B = fields["logprobs"].shape[0]
@@ -130,4 +130,6 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
             fields["group_ids"] = torch.zeros(B, dtype=torch.int64)
         if plan.readers("rewards") and fields.get("rewards") is None:
             fields["rewards"] = (rows % 2).float()
+    if plan.readers("group_ids") and fields.get("group_ids") is None:  # Target PO's group softmax: pairs of rows
+        fields["group_ids"] = rows // 2
     return rlstab.TokenBatch(**fields) if isinstance(batch, rlstab.TokenBatch) else fields

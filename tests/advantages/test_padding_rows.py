@@ -174,6 +174,7 @@ def steps(draw):
         rewards=torch.randint(0, 2, (B,), generator=g).float(),
         group_ids=torch.randint(0, 3, (B,), generator=g),
         grad_sq_norms=torch.rand(B, generator=g) * 4 + 0.1,
+        token_ids=torch.randint(0, 3, (B, T), generator=g),  # GTPO's conflict tokens: few ids, so rows share some
     )
     real["is_branch"] = real["group_ids"] == 2
     # Lp-Reg's min-p proxy of the old policy: at or above its log-probability (renormalised over the kept tokens)
@@ -183,6 +184,7 @@ def steps(draw):
     padding["response_mask"] = torch.zeros(P, T, dtype=torch.bool)
     padding["rewards"] = torch.tensor(draw(st.lists(st.sampled_from(ODD), min_size=P, max_size=P)))
     padding["group_ids"] = torch.tensor(draw(st.lists(st.integers(0, 50), min_size=P, max_size=P)))
+    padding["token_ids"] = torch.randint(0, 3, (P, T), generator=g)
     # where the padding rows go; the real rows keep their order (ties in a top-k selection are broken by position)
     slots = torch.randperm(B + P, generator=g)[:P].sort().values
     is_padding = torch.zeros(B + P, dtype=torch.bool)

@@ -15,6 +15,7 @@ objective's, and the trainer settings a veRL case is compared under must each be
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from functools import cache
 from pathlib import Path
@@ -189,6 +190,16 @@ def parametrize_axes(path: str, test: str) -> list[tuple[ast.expr, list[str]]]:
     return axes
 
 
+def case_ids(path: str, test: str) -> set[str]:
+    """Every id a case of the test may have: each axis's, and with stacked ``parametrize`` decorators their
+    combinations, joined as pytest joins them (the decorator nearest the function first)."""
+    axes = [axis for _, axis in parametrize_axes(path, test)]
+    ids = {i for axis in axes for i in axis}
+    if len(axes) > 1:
+        ids |= {"-".join(combo) for combo in itertools.product(*reversed(axes))}
+    return ids
+
+
 def case_entry(path: str, test: str, case: str):
     """The entry of a test's case table for ``case`` (``CASE_TABLES``); None where the file keeps none."""
     if (path, test) not in CASE_TABLES:
@@ -240,9 +251,8 @@ def test_row_objective_loads_and_its_tests_exist(section, objective, references,
     assert isinstance(loaded, Objective)
     for path, test, case in references:
         assert reference_file(path).is_file(), path
-        axes = parametrize_axes(path, test)
+        ids = case_ids(path, test)
         if case:
-            ids = {i for _, axis in axes for i in axis}
             assert case in ids, f"{path}::{test}: no case {case!r} (cases: {sorted(ids)})"
             compared = case_objective(path, test, case)
             if compared is not None:
@@ -297,5 +307,4 @@ def test_every_test_the_page_names_outside_the_tables_exists_too():
     named = REFERENCE.findall(PAGE.read_text())
     in_rows = {reference for _, _, references, _ in ROWS for reference in references}
     for path, test, case in set(named) - in_rows:
-        ids = {i for _, axis in parametrize_axes(path, test) for i in axis}
-        assert not case or case in ids, f"{path}::{test}: no case {case!r}"
+        assert not case or case in case_ids(path, test), f"{path}::{test}: no case {case!r}"
