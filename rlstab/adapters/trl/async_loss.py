@@ -26,7 +26,7 @@ from rlstab.adapters.trl.async_counts import async_scale, step_stats
 from rlstab.adapters.trl.async_inputs import forward, token_batch, unpack
 from rlstab.adapters.trl.async_metrics import log_async_metrics
 from rlstab.adapters.trl.async_step_scope import Window, window_stats
-from rlstab.adapters.trl.checkpoint import load_state, save_state
+from rlstab.adapters.trl.checkpoint import ComponentStateCheckpoints
 from rlstab.adapters.trl.compat import check_version
 from rlstab.adapters.trl.config import build_objective
 from rlstab.adapters.trl.counts import TrlScale
@@ -39,7 +39,7 @@ StepStatistics = Literal["data_parallel", "optimizer_step"]
 OldLogprobs = Literal["sampler", "proximal"]
 
 
-class RlstabAsyncGRPOTrainer(AsyncGRPOTrainer):
+class RlstabAsyncGRPOTrainer(ComponentStateCheckpoints, AsyncGRPOTrainer):
     """A ``trl.experimental.async_grpo.AsyncGRPOTrainer`` whose policy loss is an rlstab objective.
 
     Args:
@@ -171,18 +171,6 @@ class RlstabAsyncGRPOTrainer(AsyncGRPOTrainer):
         packed = unpack(inputs)
         log_probs, entropy, _ = forward(model, packed)
         return self._rlstab_batch(packed, log_probs, entropy)
-
-    # ------------------------------------------------------------------ checkpoints
-
-    def _save_checkpoint(self, model, trial):
-        """TRL's checkpoint (with its ``rollout_state.json``), plus the components' state (``rlstab_state.pt``), if any."""
-        super()._save_checkpoint(model, trial)
-        save_state(self, trial)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        """Resuming: TRL's optimizer and scheduler, then the components' state saved beside them."""
-        super()._load_optimizer_and_scheduler(checkpoint)
-        load_state(self, checkpoint)
 
 
 __all__ = ["RlstabAsyncGRPOTrainer"]

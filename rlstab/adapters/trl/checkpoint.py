@@ -31,3 +31,17 @@ def load_state(trainer, checkpoint: str | None) -> None:
     """Restore the objective's state saved in ``checkpoint`` (a checkpoint folder), if it holds one."""
     if checkpoint is not None and os.path.exists(state_path(checkpoint)):
         trainer.rlstab_compiled.load_state_dict(read_state(state_path(checkpoint)))
+
+
+class ComponentStateCheckpoints:
+    """Mixed into a TRL trainer (before it): its checkpoints carry the objective's state, and a resume restores it."""
+
+    def _save_checkpoint(self, model, trial):
+        """TRL's checkpoint, plus the state of stateful components (``rlstab_state.pt``), if any."""
+        super()._save_checkpoint(model, trial)
+        save_state(self, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """Resuming: TRL's optimizer and scheduler, then the components' state saved beside them."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        load_state(self, checkpoint)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from rlstab.adapters.trl.checkpoint import load_state, save_state
+from rlstab.adapters.trl.checkpoint import ComponentStateCheckpoints
 from rlstab.adapters.trl.compat import check_version
 from rlstab.adapters.trl.config import build_objective, check_config
 from rlstab.adapters.trl.counts import TrlScale, step_stats, trl_scale
@@ -35,7 +35,7 @@ from rlstab.regularisers import EntropyBonus
 StepStatistics = Literal["data_parallel", "optimizer_step"]
 
 
-class RlstabGRPOTrainer(GRPOTrainer):
+class RlstabGRPOTrainer(ComponentStateCheckpoints, GRPOTrainer):
     """A ``trl.GRPOTrainer`` whose policy loss is an rlstab objective.
 
     Args:
@@ -164,18 +164,6 @@ class RlstabGRPOTrainer(GRPOTrainer):
         first = self._rlstab_state_step != self.state.global_step
         self._rlstab_state_step = self.state.global_step
         return first
-
-    # ------------------------------------------------------------------ checkpoints
-
-    def _save_checkpoint(self, model, trial):
-        """TRL's checkpoint, plus the state of stateful components (``rlstab_state.pt``), if any."""
-        super()._save_checkpoint(model, trial)
-        save_state(self, trial)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        """Resuming: TRL's optimizer and scheduler, then the components' state saved beside them."""
-        super()._load_optimizer_and_scheduler(checkpoint)
-        load_state(self, checkpoint)
 
     # ------------------------------------------------------------------ exact step statistics
 
