@@ -2,7 +2,7 @@
 
 A preset is refused only for what TRL cannot hand a loss on this machine (inference-engine
 log-probabilities without vLLM, rewards or prompt groups; Lp-Reg's proxy, which no adapter's trainer
-computes), or for a part only a trainer can run
+computes; GTPO's token ids, which no adapter passes), or for a part only a trainer can run
 that TRL's does not (rlstab.adapters.trainer_parts: the learning-rate scale, VCPO's baseline, a
 sampler, a rollout, branch rows); any other refusal or failure means the adapter has to learn about
 a new component.
@@ -24,6 +24,7 @@ UNAVAILABLE_ON_CPU = (
     "reads TokenBatch.rewards",
     "reads TokenBatch.group_ids",
     "reads TokenBatch.proxy_logprobs",  # Lp-Reg's min-p proxy: no adapter's trainer computes it (trainer_parts)
+    "reads TokenBatch.token_ids",  # GTPO's conflict tokens: no adapter passes the response's token ids (trainer_parts)
 )
 
 
