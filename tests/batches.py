@@ -123,9 +123,10 @@ def with_trainer_fields(objective: rlstab.Objective, batch: rlstab.TokenBatch | 
         old = fields.get("old_logprobs")
         fields["proxy_logprobs"] = ((fields["logprobs"] if old is None else old).detach() + 0.3).clamp(max=0.0)
     plan = Plan.of(objective)
-    if plan.readers("token_ids") and fields.get("token_ids") is None:  # GTPO's conflict tokens: one group, binary
-        T = fields["logprobs"].shape[1]  # rewards, token ids that rows of both signs share at some positions
-        fields["token_ids"] = (torch.arange(T)[None, :] + rows[:, None] % 2) % 3
+    if plan.readers("token_ids"):  # GTPO's conflict tokens: one group, binary rewards, token ids that rows of
+        T = fields["logprobs"].shape[1]  # both signs share at some positions
+        if fields.get("token_ids") is None:
+            fields["token_ids"] = (torch.arange(T)[None, :] + rows[:, None] % 2) % 3
         if fields.get("group_ids") is None:
             fields["group_ids"] = torch.zeros(B, dtype=torch.int64)
         if plan.readers("rewards") and fields.get("rewards") is None:

@@ -270,7 +270,8 @@ def test_schema(capsys):
     assert props["masks"]["type"] == ["array", "object"]  # a list, or {append: [...]} / {replace: [...]}
     items = props["masks"]["items"]
     mask_kinds = {"s2t", "low_probability", "entropy_quantile", "expression", "icepop", "rollout_rejection",
-                  "rollout_veto", "lopti", "random_silence", "bypass_rejection", "off_policy_sequence"}
+                  "rollout_veto", "lopti", "random_silence", "bypass_rejection", "off_policy_sequence",
+                  "gtpo_entropy_filter"}
     assert set(items["properties"]["kind"]["enum"]) == mask_kinds
     kinds = set()
     for rule in items["allOf"]:  # if kind is k then k's own schema

@@ -38,6 +38,12 @@ PRESETS = rlstab.preset_names()
 OBJECTIVES = {name: rlstab.load(name) for name in PRESETS}
 COMPILED = {name: o.compile() for name, o in OBJECTIVES.items()}
 MASKED_PRESETS = [name for name in PRESETS if OBJECTIVES[name].masks]
+# The policy term alone: a regulariser on every valid token (tokens: valid) trains silenced tokens by design.
+POLICY_COMPILED = {
+    name: OBJECTIVES[name].model_copy(
+        update={"regularisers": [r for r in OBJECTIVES[name].regularisers if r.tokens == "kept"]}).compile()
+    for name in MASKED_PRESETS
+}
 assert {"stapo", "20-entropy", "stapo-high-entropy", "stapo-probability-only"} <= set(MASKED_PRESETS)
 
 NAN, INF = float("nan"), float("inf")
@@ -339,12 +345,18 @@ def silenced_by(mask, spec: Spec, threshold: float | None) -> torch.Tensor:
         gap = torch.where(spec.response_mask, sampling - spec.logprobs, 0.0)
         mean = gap.sum(-1, keepdim=True) / spec.response_mask.sum(-1, keepdim=True).clamp(min=1)
         return (mean > mask.threshold) & (adv < 0)
-    # rollout masks: log r = clamp(log pi_train(old) - log pi_infer, -20, 20) on response tokens
+    if mask.kind == "gtpo_entropy_filter":  # GTPO: a response whose mean token entropy exceeds the bound
+        mean = torch.where(spec.response_mask, H, 0.0).sum(-1, keepdim=True) / spec.response_mask.sum(-1, keepdim=True).clamp(min=1)
+        return (mean > mask.bound).expand(B, T)
+    # rollout masks: log r = clamp(log pi_train(old) - log pi_infer, -20, 20) on response tokens; bypass rejection
+    # tests the current policy against the old one the same way
     log_r = torch.where(spec.response_mask, (old - spec.rollout_logprobs).clamp(-20, 20), 0.0)
+    if mask.kind == "bypass_rejection":
+        log_r = torch.where(spec.response_mask, (spec.logprobs - old).clamp(-20, 20), 0.0)
     if mask.kind == "icepop":
         k = log_r.exp()
         return (k < mask.low) | (k > mask.high)
-    if mask.kind == "rollout_rejection":
+    if mask.kind in ("rollout_rejection", "bypass_rejection"):
         if mask.divergence.startswith("binary_kl"):
             # D_B(a||b) = a ln(a/b) + (1-a) ln((1-a)/(1-b)) of the clamped probabilities, 0 on padding; in float64,
             # where 1 - 1e-8 is not 1
@@ -393,7 +405,7 @@ def quantile_q(mask) -> float:
 def test_silenced_tokens_get_zero_gradient(name, spec):
     response = spec.response_mask
     objective = OBJECTIVES[name]
-    out, grad = run(COMPILED[name], spec.tensors())
+    out, grad = run(POLICY_COMPILED[name], spec.tensors())
     # Rejections with `rejected: padding` turn tokens into padding first: what is valid for the other masks.
     valid = response.clone()
     for mask in objective.masks:
@@ -422,14 +434,20 @@ def test_silenced_tokens_get_zero_gradient(name, spec):
     assert torch.all(grad[~response] == 0.0), f"{name}: gradient on padding"
     assert out.metrics["tokens/kept"] == int((valid & ~silenced).sum()), name
 
-    # kept tokens with a clear advantage and an unclipped ratio do get a gradient
+    # kept tokens with a clear advantage and an unclipped ratio do get a gradient (GTPO's conflict weight is 0 on a
+    # negative response's conflict tokens by design: its own tests check those weights)
+    if any(r.kind == "gtpo_conflict" for r in objective.reweighters):
+        return
     B, T = valid.shape
     adv = spec.advantages if spec.advantages.dim() == 2 else spec.advantages[:, None].expand(B, T)
     old = spec.logprobs if spec.old_logprobs is None else spec.old_logprobs
     log_ratio = (spec.logprobs - old).clamp(-objective.log_ratio_clamp, objective.log_ratio_clamp)
     r = torch.exp(log_ratio)
     s = objective.surrogate
-    upper, lower, dual = 1 + s.eps_high, 1 - s.eps_low, s.dual_clip or INF
+    if hasattr(s, "eps_high"):
+        upper, lower, dual = 1 + s.eps_high, 1 - s.eps_low, s.dual_clip or INF
+    else:  # no ratio clip (REINFORCE, no clip): every kept token with an advantage trains
+        upper, lower, dual = INF, -INF, INF
     margin = 1e-3
     active = ((adv > 1e-3) & (r < upper - margin)) | (
         (adv < -1e-3) & (r > lower + margin) & (r < dual - margin)

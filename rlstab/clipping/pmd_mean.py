@@ -69,7 +69,9 @@ class PMDMean(Surrogate):
         c = self.residual(t).unsqueeze(-1)  # [B, 1]
         grad = weight * c.neg()  # weight first: a zero weight silences padding
         per_token = torch.where(t.valid_bool, c.neg() * t.logprobs, 0.0)
-        loss = torch.dot(weight.reshape(-1), per_token.reshape(-1))
+        # Summed in float64: the terms are of size A / tau (100 for A = 1, tau = 0.01) and cancel to a value of
+        # size A, which float32 would give only to ~1e-5, and differently for each split of the step.
+        loss = torch.dot(weight.reshape(-1).double(), per_token.reshape(-1).double()).float()
         return SurrogateResult(loss, grad, {})
 
     def describe(self) -> str:

@@ -34,6 +34,7 @@ from rlstab.batch import TokenBatch
 from rlstab.compiled import CompiledObjective
 from rlstab.lazy import torch
 from rlstab.objective import Objective
+from rlstab.tokens import Tokens
 from rlstab.trainer.policy import Policy, Rollout
 from rlstab.trainer.tasks import Problem, Task
 
@@ -311,7 +312,7 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
     obj = loss_fn.objective
     fields = dict(
         logprobs=sample.logprobs, response_mask=sample.response_mask, entropy=sample.entropy,
-        rollout_logprobs=sample.rollout_logprobs,
+        rollout_logprobs=sample.rollout_logprobs, token_ids=sample.response_ids,
     )
     if obj.dual_stream is not None:
         fields["is_branch"] = torch.zeros(sample.responses, dtype=torch.bool)
@@ -323,7 +324,9 @@ def audit_objective(sample: Sample, objective: Objective | CompiledObjective, *,
     silences_if_rewarded, _, _ = _step_silences(loss_fn, rewarded)
 
     valid = sample.response_mask
-    advantages = obj.advantage.apply(stats.advantage, sample.rewards, sample.group_ids, sample.response_mask.any(-1))
+    # through the micro-batch path: an estimator may read the batch's tokens (GTPO: each response's entropy)
+    advantages = obj.advantage.micro_batch_advantages(stats.advantage, Tokens.from_batch(batch, obj.log_ratio_clamp),
+                                                      sample.rewards, sample.group_ids, sample.response_mask.any(-1))
     positive_tokens = int(valid[advantages > 0].sum())
     masks = []
     for i, (label, mask) in enumerate(zip(loss_fn.mask_labels, loss_fn.masks)):
@@ -384,6 +387,7 @@ def step_batches(sample: Sample, objective: Objective):
             entropy=entropy, rollout_logprobs=None if sample.rollout_logprobs is None else sample.rollout_logprobs[idx],
             rewards=sample.rewards[idx], group_ids=sample.group_ids[idx],
             grad_sq_norms=None if norms is None else norms[idx], is_branch=None if branch is None else branch[idx],
+            token_ids=sample.response_ids[idx],
         )
 
     return batch_of

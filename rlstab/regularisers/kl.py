@@ -62,7 +62,8 @@ class KLPenalty(Regulariser):
         return self.anchor == "reference"
 
     def term(self, batch, t):
-        delta = batch.logprobs.to(torch.float32) - getattr(t, _ANCHOR_FIELD[self.anchor])
+        # 0 on padding, before any square: huge finite padding would overflow (and inf * 0 is NaN, in the gradient too)
+        delta = torch.where(t.valid_bool, batch.logprobs.to(torch.float32) - getattr(t, _ANCHOR_FIELD[self.anchor]), 0.0)
         if self.estimator == "k1":
             return delta
         if self.estimator == "k2":

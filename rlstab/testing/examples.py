@@ -30,6 +30,7 @@ def builtin_components() -> list:
     from rlstab.advantages.gpg import GPG
     from rlstab.advantages.group import GRPO, RLOO
     from rlstab.advantages.grpo_passk import GRPOPassK
+    from rlstab.advantages.gtpo import GTPOAdvantage
     from rlstab.advantages.maxrl import MaxRL
     from rlstab.advantages.opo import OPO
     from rlstab.advantages.opob import OffPolicyOptimalBaseline
@@ -56,11 +57,13 @@ def builtin_components() -> list:
     from rlstab.clipping.sapo import SAPO
     from rlstab.clipping.target_po import TargetPO
     from rlstab.clipping.topr import TOPR
+    from rlstab.clipping.vespo import VESPO
     from rlstab.exploration.deep_grpo import DeepGRPO
     from rlstab.exploration.dual_stream import DualStream
     from rlstab.masks.bypass import BypassRejection
     from rlstab.masks.entropy_quantile import EntropyQuantile
     from rlstab.masks.expression import Expression
+    from rlstab.masks.gtpo_entropy import GTPOEntropyFilter
     from rlstab.masks.lopti import Lopti
     from rlstab.masks.off_policy_sequence import OffPolicySequence
     from rlstab.masks.random_silence import RandomSilence
@@ -70,6 +73,7 @@ def builtin_components() -> list:
     from rlstab.regularisers.entropy_bonus import EntropyBonus
     from rlstab.regularisers.kl import KLPenalty
     from rlstab.reweighters.decoupled_ppo import DecoupledPPO
+    from rlstab.reweighters.gtpo_conflict import GTPOConflict
     from rlstab.reweighters.low_probability import LowProbabilityReweight
     from rlstab.reweighters.stare import STARE
     from rlstab.reweighters.tis import TruncatedIS
@@ -86,6 +90,7 @@ def builtin_components() -> list:
         GDPO(), GDPO(weights=[1.0, 2.0, 0.5]), GDPO(source="rewards"),  # issue 31, H2
         OptimalTokenBaseline(), OptimalTokenBaseline(zero_tail=False), MultiTurnOptimalTokenBaseline(),  # issue 31, H3
         MaxRL(), MaxRL(divide_by_group_size=False),  # issue 31, H6
+        GTPOAdvantage(),  # issue 41
         # masks
         S2T(), LowProbability(), EntropyQuantile(), EntropyQuantile(rho=0.5, side="bottom"),
         Expression(silence="advantage > 0 and probability < 0.002 and entropy < quantile(entropy, 0.8)"),
@@ -95,11 +100,13 @@ def builtin_components() -> list:
         # (0.01 with old: the kit's old log-probs are at most 0, so drawn below the current ones near 0; issue 38)
         IcePop(low=0.0, high=2.0),  # issue 31, H4: TRL's token_mask without a lower bound
         BypassRejection(high=2.0), BypassRejection(level="sequence_mean", divergence="k3", high=0.05, rejected="padding"),  # H1
+        GTPOEntropyFilter(bound=1.0),  # issue 41: near the kit's mean entropy (1), so some responses go
         # reweighters
         LowProbabilityReweight(), TruncatedIS(), TruncatedIS(level="sequence", cap=1.5),
         STARE(variant="C2", adaptive=True, alpha=0.05, target_entropy=1.0),
         TruncatedIS(floor=0.8, cap=1.5),  # issue 31, H4: TRL's *_truncate with clip_min
         DecoupledPPO(cap=2.0), DecoupledPPO(cap=2.0, above_cap="clamp"),  # issue 31, H6: a cap that binds on the kit's batch
+        GTPOConflict(), GTPOConflict(normalise="conflict_count"),  # issue 41
         # surrogate
         PPOClip(), PPOClip(eps_high=0.28, dual_clip=3.0), NoClip(), GSPO(), SAPO(), CISPO(), ASPO(), DPPOBinaryTV(),
         DPPOBinaryKL(), ClipCov(fraction=0.02, seed=0), KLCov(fraction=0.02), MASPO(), BAPO(),
@@ -112,11 +119,13 @@ def builtin_components() -> list:
         Reinforce(), Reinforce(is_weight="token", is_cap=1.5), Reinforce(is_weight="sequence"),  # issue 31, H1
         GMPO(), GMPO(eps_low=0.1, eps_high=0.2), DRO(), DRO(beta=0.5),  # issue 31, H1
         TargetPO(), TargetPO(eta=0.5, length="mean"), PMDMean(), PMDMean(tau=2.0),  # issue 41
+        VESPO(), DPPOBinaryTV(sides="both", value="ratio"),  # issue 41
         # aggregation
         TokenMean(count="kept"), TokenMean(count="valid"), TokenSum(count="valid"), SeqMeanTokenMean(count="kept"),
         SeqMeanTokenSum(count="valid"), SeqMeanTokenSumNorm(count="kept"), SeqMeanTokenSumNorm(count="valid", norm=16),
         # regularisers
         EntropyBonus(coef=0.1), KLPenalty(coef=0.1),
+        KLPenalty(coef=0.1, anchor="old", estimator="squared", tokens="kept"),  # issue 41: K2.5's, on kept tokens
         # issue 31, H4: the controller on both sides of a target near the kit's mean entropy (1)
         AdaptiveEntropy(coef=0.1, delta=0.05, coef_max=0.5, target_entropy=1.0, measure="entropy"),
         AdaptiveEntropy(coef=0.1, delta=0.05, coef_max=0.5, target_entropy=1.0, boundary="at_or_below", first_step="off"),

@@ -36,7 +36,7 @@ def test_explain_says_where_each_part_runs():
     text = explain(rlstab.load("goldilocks"))
     where = text[text.index("Where each part runs"):].splitlines()[1:]
     assert [line.split()[0] for line in where] == ["loss", "step", "sampler"]
-    assert where[-1].endswith("rlstab.adapters.verl.sampler): embedded, veRL; refused by OpenRLHF, TRL")
+    assert where[-1].endswith("rlstab.adapters.verl.sampler): embedded, veRL; refused by OpenRLHF, TRL, TRL AsyncGRPO")
 
 
 def test_a_component_reading_what_the_trainer_lacks_is_named_with_the_advice():

@@ -82,7 +82,8 @@ def test_counts_agree_with_the_loss_metrics(sample, source):
                               entropy=sample.entropy, rollout_logprobs=sample.rollout_logprobs,
                               rewards=sample.rewards, group_ids=sample.group_ids,
                               is_branch=torch.zeros(sample.responses, dtype=torch.bool) if objective.dual_stream else None,
-                              grad_sq_norms=torch.ones(sample.responses) if objective.advantage.kind == "opob" else None)
+                              grad_sq_norms=torch.ones(sample.responses) if objective.advantage.kind == "opob" else None,
+                              token_ids=sample.response_ids)
     metrics = loss_fn(batch).metrics
     assert audit.kept == metrics["tokens/kept"]
     for m in audit.masks:

@@ -14,7 +14,8 @@ DELTA = torch.tensor([[0.0, 0.5, -30.0, 30.0, -math.inf]])  # log p - log p_ref
 
 def term(estimator: str) -> list[float]:
     batch = SimpleNamespace(logprobs=(REF + DELTA).to(torch.float64))
-    return KLPenalty(estimator=estimator).term(batch, SimpleNamespace(ref_logprobs=REF))[0].tolist()
+    t = SimpleNamespace(ref_logprobs=REF, valid_bool=torch.ones_like(REF, dtype=torch.bool))
+    return KLPenalty(estimator=estimator).term(batch, t)[0].tolist()
 
 
 def test_k1_is_delta_and_may_be_negative():
