@@ -106,6 +106,16 @@ class CompiledObjective:
         their papers' code does, instead of over the whole step: their results depend on the micro-batch split."""
         return list(self.plan.per_micro_batch)
 
+    def states_needing_whole_step(self) -> list[str]:
+        """The stateful components whose step value reads the step's own totals (``["surrogate (bapo)"]``).
+
+        Exact only where the whole optimizer step is gathered before its first micro-batch (an
+        adapter's ``optimizer_step`` mode): taken in parts (``gather(..., part_of_step=True)``), they
+        would move from the first part alone. Components whose value comes from their state alone
+        (adaptive entropy) are not listed: they are exact in parts too.
+        """
+        return list(self.plan.whole_step)
+
     def training_batch_components(self) -> list[str]:
         """The components whose state moves once per training batch (``["reweighters[0] (stare)"]``)."""
         return list(self.plan.training_batch)
@@ -133,7 +143,13 @@ class CompiledObjective:
     # ------------------------------------------------------------------ phase 1
 
     def gather(
-        self, batches: Iterable[TokenBatch], *, group=None, distributed: bool | None = None, update_state: bool = True
+        self,
+        batches: Iterable[TokenBatch],
+        *,
+        group=None,
+        distributed: bool | None = None,
+        update_state: bool = True,
+        part_of_step: bool = False,
     ) -> StepStats:
         """Statistics of a whole step from all its micro-batches (and all ranks).
 
@@ -143,6 +159,14 @@ class CompiledObjective:
         ``torch.distributed`` is initialised. Every rank must call this collectively.
         ``update_state``: advance stateful components by one step (call it once per step with
         True; an adapter that gathers per micro-batch passes False on all but the step's first).
+        ``part_of_step``: ``batches`` are one part of the step (an adapter that sees one micro-batch
+        at a time, passing ``update_state=True`` on the step's first part only). A stateful
+        component whose value comes from its state alone (``value_from_state``: adaptive
+        entropy) then stays exact: every part takes the value of the state the step began with,
+        the parts' totals add up, and it moves once, from their sum, when the next step begins
+        (``state_dict()`` counts the step as taken meanwhile). Any other stateful component
+        (BAPO's bounds, STARE's gate) moves from the first part alone: adapters refuse it where a
+        step has several parts ([`states_needing_whole_step`][rlstab.CompiledObjective.states_needing_whole_step]).
 
         Inputs are checked as in the loss: a NaN or infinity on a valid token (a reward on a
         response with response tokens) raises ``FloatingPointError`` naming the field, on every
@@ -167,7 +191,9 @@ class CompiledObjective:
             )
 
         def gather_step(micro_batches: list[TokenBatch]):
-            return self._step_phase.gather([self._tokens(b) for b in micro_batches], comm, update_state, check=True)
+            return self._step_phase.gather(
+                [self._tokens(b) for b in micro_batches], comm, update_state, check=True, part_of_step=part_of_step
+            )
 
         def cleaned(micro_batches: list[TokenBatch]) -> list[TokenBatch]:
             return without_bad_padding_on_every_rank(micro_batches, self._inputs.checked_fields, comm)
@@ -289,7 +315,7 @@ class CompiledObjective:
     def _call(self, batch: TokenBatch, step: StepStats | None, deferred: Deferred | None) -> tuple[LossOutput, Pending]:
         """The loss and the state updates to commit; ``OffendingInputs`` when a checked input offends (and the
         check is not ``deferred`` with its error: see ``loss_output``)."""
-        pending = {}
+        pending = Pending()
         if step is None:  # its own step: the gather's keeps are this micro-batch's
             t = self._tokens(batch)
             own_check = deferred is not None  # the inputs' check rides on the step counts' transfer

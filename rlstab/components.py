@@ -152,6 +152,20 @@ class StepHook:
         """
         return "optimizer_step"
 
+    def value_from_state(self) -> bool:
+        """Whether the step value comes from the state alone, never from the step's own totals (a controller
+        that acts on its last measurement: adaptive entropy), with ``step_totals`` a sum over micro-batches.
+
+        Such a component stays exact where a trainer computes the loss one micro-batch at a time and
+        never sees the whole step first: every micro-batch takes the value of the state the step
+        began with, the micro-batches' totals add up to the step's, and the state moves once, after
+        the step (``gather(..., part_of_step=True)``). A stateful component whose value reads the
+        step's totals (BAPO's bounds, STARE's gate) is exact only when the whole step is gathered
+        before its first micro-batch. When True, ``begin_step(None, state)`` must give the value that
+        ``begin_step(sums, state)`` gives for any ``sums``.
+        """
+        return False
+
     def begin_step(self, sums: torch.Tensor | None, state: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
         """``(step_value, new_state)`` from the step's totals; called once per step.
 

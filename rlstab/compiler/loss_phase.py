@@ -6,8 +6,9 @@
 ``kept`` is the AND of the masks over the valid tokens, ``s`` the aggregation's per-token weight
 from the step's denominators (``StepCounts``; with ``dual_stream`` each stream's own, the branch
 stream's times lambda), ``w`` the batch's ``is_weights``, ``W^k`` the reweighters' factors, ``l``
-the surrogate, and ``s'`` the weight of the aggregation counting every valid token; ``[kept]`` applies to a
-regulariser with ``tokens: kept``.
+the surrogate, and ``s'`` the weight of the aggregation counting every valid token (with ``average:
+micro_batch``, 1 / the micro-batch's valid tokens times its share of the step's responses); ``[kept]``
+applies to a regulariser with ``tokens: kept``.
 
 The policy-gradient term never builds an autograd graph: each surrogate returns its derivative in
 closed form and a custom autograd function hands it to autograd, so the backward pass is a single
@@ -97,12 +98,21 @@ class LossPhase:
         regularisers = []
         if obj.regularisers:
             reg_agg = self.regulariser_aggregation
-            reg_weight = t.valid * _scale(obj, reg_agg, step, t, t.valid_rows() if reg_agg._reads_row_tokens else None)
-            kept_weight = None
+            weights = {}  # by average, then on kept tokens
+
+            def reg_weight(average: str, tokens: str) -> torch.Tensor:
+                if (average, tokens) not in weights:
+                    if tokens == "kept":
+                        weights[average, tokens] = reg_weight(average, "valid") * kept
+                    elif average == "micro_batch":
+                        weights[average, tokens] = t.valid * _micro_batch_mean(t, step.counts)
+                    else:
+                        row_tokens = t.valid_rows() if reg_agg._reads_row_tokens else None
+                        weights[average, tokens] = t.valid * _scale(obj, reg_agg, step, t, row_tokens)
+                return weights[average, tokens]
+
             for reg, hook in zip(obj.regularisers, step.hooks[len(obj.reweighters) + 1:]):
-                if reg.tokens == "kept" and kept_weight is None:
-                    kept_weight = reg_weight * kept
-                value = (reg.term(batch, t) * (kept_weight if reg.tokens == "kept" else reg_weight)).sum()
+                value = (reg.term(batch, t) * reg_weight(reg.average, reg.tokens)).sum()
                 loss = loss + reg.coefficient(hook) * value
                 regularisers.append(value.detach())
         n_kept = t.valid_count() if kept is t.valid else kept.sum()  # without masks, the valid tokens
@@ -122,6 +132,14 @@ def _scale(objective: Objective, agg, step: StepStats, t: Tokens, row_tokens: to
 
     main_scale, branch_scale = as_tensor(agg.scale(main, row_tokens)), as_tensor(agg.scale(step.branch_counts, row_tokens))
     return torch.where(t.batch.is_branch.unsqueeze(-1), lam * branch_scale, main_scale)
+
+
+def _micro_batch_mean(t: Tokens, counts: StepCounts) -> torch.Tensor:
+    """``average: micro_batch``'s per-token weight: 1 / the micro-batch's valid tokens, times its share of the step's
+    responses (its rows with a valid token / ``sequences_valid``) and the world size (DDP averages over ranks)."""
+    rows = (t.valid_rows() > 0).sum(dtype=torch.float32)
+    share = rows * (counts.world_size / max(counts.sequences_valid, 1.0))
+    return share / t.valid_count().clamp(min=1.0)
 
 
 def _minus(total: StepCounts, part: StepCounts) -> StepCounts:

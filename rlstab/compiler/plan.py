@@ -31,6 +31,8 @@ class Plan:
         stateful: the components with step-level behaviour, in ``StepStats.hooks`` order: every
             reweighter, then the surrogate, then every regulariser.
         training_batch: those of them whose state moves once per training batch.
+        whole_step: those of them with a state whose step value reads the step's own totals (not
+            ``value_from_state``): exact only when the whole step is gathered before its first micro-batch.
         per_micro_batch: components that compute their statistics within each micro-batch.
         rejections: indices of the masks whose rejected tokens become padding (``acts_on_valid``).
         shadow_labels: the shadow masks' labels, in order, with their prefix (``shadow/s2t``): their
@@ -47,6 +49,7 @@ class Plan:
     training_batch: tuple[str, ...]
     per_micro_batch: tuple[str, ...]
     rejections: tuple[int, ...]
+    whole_step: tuple[str, ...] = ()
     shadow_labels: tuple[str, ...] = ()
     matches: tuple[int | None, ...] = ()
 
@@ -74,6 +77,7 @@ class Plan:
             per_micro_batch=tuple(label for label, c in masks + shadows + reweighters + [surrogate]
                                   if _selection(c) == "micro_batch"),
             rejections=tuple(i for i, m in enumerate(o.masks) if getattr(m, "acts_on_valid", False)),
+            whole_step=tuple(label for label, c in hooked if c.initial_state() is not None and not c.value_from_state()),
             shadow_labels=shadow_labels(o),
             matches=tuple(matched_slot(o, m.match) if getattr(m, "counted", False) else None for _, m in mask_slots(o)),
         )

@@ -58,7 +58,9 @@ class StepPhase:
         self.states = states
         self.fingerprint = fingerprint
 
-    def gather(self, tokens: list[Tokens], comm: Comm, update_state: bool = True, check: bool = False) -> Gathered:
+    def gather(
+        self, tokens: list[Tokens], comm: Comm, update_state: bool = True, check: bool = False, part_of_step: bool = False
+    ) -> Gathered:
         """The step's statistics from its micro-batches' ``tokens`` on this rank (collectively over ``comm``).
 
         ``check``: raise ``OffendingInputs`` on every rank when a checked input of some micro-batch on some rank
@@ -68,7 +70,9 @@ class StepPhase:
         with deferring() as requirements:  # checks (a group id the step lacks) ride on the counts' transfer
             step_level = fit_step_level(obj, tokens, comm)  # first: dropped groups become padding
             advantage_state = fit_step_advantages(obj, tokens, comm)
-            values, pending = self.states.begin(self.states.components, tokens, comm, update_state=update_state)
+            values, pending = self.states.begin(
+                self.states.components, tokens, comm, update_state=update_state, part_of_step=part_of_step
+            )
             thresholds = self._thresholds(tokens, comm)
             masked = [(keeps, kept(t, keeps)) for t in tokens for keeps in [mask_keeps(obj, t, thresholds)]]
             totals = self._totals(tokens, masked, comm, check)

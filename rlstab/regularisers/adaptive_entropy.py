@@ -56,7 +56,11 @@ class AdaptiveEntropy(EntropyBonus):
     update at the optimizer-step boundary, ``trl/trainer/grpo_trainer.py`` ``GRPOTrainer._compute_loss``).
     rlstab does the same: at the start of step $k$ the step value is $(c_k, \text{gate}(e_{k-1}))$,
     and the state moves to $(c_{k+1}, e_k)$, with $e_k$ gathered over the step's micro-batches
-    and ranks (``gather``), so it is exact at any micro-batch size and number of ranks.
+    and ranks (``gather``), so it is exact at any micro-batch size and number of ranks. Where a
+    trainer's adapter sees one micro-batch at a time (TRL's ``data_parallel``, veRL's
+    ``data_parallel`` and ``local``, OpenRLHF's ``local``), every micro-batch applies
+    $(c_k, \text{gate}(e_{k-1}))$, their sums add up to the step's, and the state moves once
+    after the step (``gather(..., part_of_step=True)``), as TRL's own controller does.
 
     Where the two implementations differ, an option (default: the authors' code):
 
@@ -125,6 +129,11 @@ class AdaptiveEntropy(EntropyBonus):
 
     def state_cadence(self) -> str:
         return self.cadence
+
+    def value_from_state(self) -> bool:
+        """True: the step's coefficient and gate come from the last measurement (TRL's "coefficient and gating
+        from the end of the previous optimizer step"), so a trainer's micro-batches can add up the measure."""
+        return True
 
     def step_sums(self, t: Tokens) -> torch.Tensor:
         """The measured quantity summed over the valid tokens, and their count (padding may hold anything)."""

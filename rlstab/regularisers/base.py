@@ -32,7 +32,15 @@ class Regulariser(StepHook, Component):
     """Where the term acts: every valid token, or only the tokens every mask keeps (the denominator counts every
     valid token either way)."""
 
-    _later_fields: ClassVar[tuple[str, ...]] = ("tokens",)
+    average: Literal["objective", "micro_batch"] = "objective"
+    """How the term is averaged. ``objective``: with the objective's aggregation over the step's valid tokens, the
+    same whatever the micro-batch split. ``micro_batch``: each micro-batch's mean over its valid tokens, weighted by
+    its share of the step's responses, as TRL 1.16 averages its entropy bonus (``entropy_coef``,
+    ``use_adaptive_entropy``: the micro-batch's mean entropy / ``gradient_accumulation_steps``); it then depends on
+    the split. The share counts responses with a valid token, so it is TRL's exactly unless a micro-batch holds a
+    completion without one (TRL's ``mask_truncated_completions``), which TRL's share still counts."""
+
+    _later_fields: ClassVar[tuple[str, ...]] = ("tokens", "average")
 
     @property
     def added_by_trainers(self) -> bool:
@@ -40,8 +48,9 @@ class Regulariser(StepHook, Component):
         return True
 
     def _on_tokens(self) -> str:
-        """What ``describe`` appends for ``tokens: kept``."""
-        return " on kept tokens" if self.tokens == "kept" else ""
+        """What ``describe`` appends for ``tokens: kept`` and ``average: micro_batch``."""
+        kept = " on kept tokens" if self.tokens == "kept" else ""
+        return kept + (", Agg = each micro-batch's token mean x its share of responses" if self.average == "micro_batch" else "")
 
     def coefficient(self, step: object = None) -> float:
         """The coefficient this step applies (``step``: the value of ``begin_step``); ``coef`` unless step-level."""

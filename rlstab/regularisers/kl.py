@@ -50,7 +50,7 @@ class KLPenalty(Regulariser):
     anchor: Literal["reference", "old", "rollout"] = "reference"
     """The policy the KL is taken to: the reference model, the old policy, or the inference engine's."""
 
-    _later_fields: ClassVar[tuple[str, ...]] = ("tokens", "anchor")
+    _later_fields: ClassVar[tuple[str, ...]] = ("tokens", "average", "anchor")
 
     @property
     def reads(self) -> frozenset[str]:  # depends on the anchor

@@ -37,7 +37,8 @@ def step_stats(
 
     When the count the objective's aggregation divides by is None, OpenRLHF takes the
     micro-batch's own mean without ``dp_size``, and so does this (the micro-batch is its own step).
-    ``update_state``: advance stateful components (on the optimizer step's first micro-batch only).
+    The micro-batch is one part of the optimizer step ([`step_parts`][rlstab.adapters.step_parts]);
+    ``update_state``: it is the step's first.
 
     Exact over the step: those counts and ``dp_size``. Per micro-batch, because OpenRLHF runs
     forward, loss and backward one micro-batch at a time and the current policy's entropy does
@@ -45,7 +46,7 @@ def step_stats(
     (``count: kept`` divides by the global count times this micro-batch's kept fraction), and
     ``seq-mean-token-sum-norm``'s ``max_length`` (this micro-batch's padded length).
     """
-    local = compiled.gather([batch], distributed=False, update_state=update_state)
+    local = compiled.gather([batch], distributed=False, update_state=update_state, part_of_step=True)
     scope = counted(compiled, [batch], distributed=False)
     return with_trainer_counts(compiled, local, dp_size, batch_num_tokens, global_batch_size, scope)
 

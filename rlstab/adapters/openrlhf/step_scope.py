@@ -28,8 +28,10 @@ Every rank thus trains with the same thresholds, the same STARE gate, W and M, a
 bounds, whatever the micro-batch size and the number of ranks. What cannot be made exact is
 refused when the trainer is built (``ActorPPOTrainer.__init__``): ``--train.dynamic_batch_enable``
 (its loop decides optimizer steps per micro-batch from the replay buffer, outside the window
-function), and ``step_statistics="local"`` with a stateful component on more than one
-data-parallel rank (each rank would move its own state).
+function); ``step_statistics="local"`` with a component whose state reads the whole optimizer
+step or moves once per training batch (BAPO, STARE: [`step_parts`][rlstab.adapters.step_parts]);
+and ``local`` with any other stateful component on more than one data-parallel rank (each rank
+would move its own state).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from rlstab.adapters.openrlhf.entropy import detached_compute_entropy
 from rlstab.adapters.openrlhf.inputs import empty_batch, experience_batch, on_device
 from rlstab.adapters.patching import patch_once
 from rlstab.adapters.prepared_step import PreparedStep, preparing
+from rlstab.adapters.step_parts import whole_step_problem
 from rlstab.lazy import torch
 
 
@@ -178,6 +181,13 @@ def check_trainer(trainer, loss) -> None:
             "loop decides optimizer steps outside iter_grad_accum_global_norm); disable dynamic batching, or use "
             "--step-statistics local (statistics per micro-batch)"
         )
+    if loss.step_statistics == "local":
+        problem = whole_step_problem(
+            loss.objective, "rlstab: step_statistics='local'", "--step-statistics optimizer_step (the default)",
+            training_batch=True,
+        )
+        if problem:
+            raise ValueError(problem)
     stateful = list(loss.compiled.state_dict())
     size = dp_size(trainer.strategy)
     if loss.step_statistics == "local" and stateful and size > 1:

@@ -85,7 +85,10 @@ def step_stats(
     update_state: bool = True,
     distributed: bool | None = None,
 ) -> StepStats:
-    """One micro-batch's statistics (thresholds gathered over the ranks' rows of it) with TRL's counts."""
-    local = compiled.gather([batch], distributed=distributed, update_state=update_state)
+    """One micro-batch's statistics (thresholds gathered over the ranks' rows of it) with TRL's counts.
+
+    The micro-batch is one part of the optimizer step ([`step_parts`][rlstab.adapters.step_parts]);
+    ``update_state``: it is the step's first."""
+    local = compiled.gather([batch], distributed=distributed, update_state=update_state, part_of_step=True)
     scope = counted(compiled, [batch], local, samples(inputs), distributed=distributed)
     return with_trainer_counts(local, scale, scope)

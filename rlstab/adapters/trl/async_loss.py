@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 
+from rlstab.adapters.step_parts import whole_step_problem
 from rlstab.adapters.trl.async_config import LABEL, check_async_config
 from rlstab.adapters.trl.async_counts import async_scale, step_stats
 from rlstab.adapters.trl.async_inputs import forward, token_batch, unpack
@@ -49,6 +50,9 @@ class RlstabAsyncGRPOTrainer(ComponentStateCheckpoints, AsyncGRPOTrainer):
         step_statistics: ``"data_parallel"`` (default): TRL's denominators (each micro-batch's
             trained tokens over all ranks, times the accumulation steps: TRL's own async
             normalisation), mask thresholds gathered over the ranks' rows of each micro-batch.
+            Adaptive entropy's controller measures every micro-batch and moves once per optimizer
+            step; with ``gradient_accumulation_steps`` > 1, BAPO and STARE (whose step values read
+            the whole step) are refused ([`step_parts`][rlstab.adapters.step_parts]).
             ``"optimizer_step"``: before the first micro-batch of each optimizer step, one no-grad
             forward over the step's micro-batches (transformers fetches them together) makes
             thresholds and token counts exact over the whole step and every rank.
@@ -78,7 +82,17 @@ class RlstabAsyncGRPOTrainer(ComponentStateCheckpoints, AsyncGRPOTrainer):
                 f"{LABEL}(step_statistics={step_statistics!r}): must be 'data_parallel' or 'optimizer_step'"
             )
         loaded = build_objective(objective, LABEL)
-        check_async_config(loaded, kwargs.get("args", args[2] if len(args) > 2 else None), old_logprobs)
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        check_async_config(loaded, config, old_logprobs)
+        accumulation = getattr(config, "gradient_accumulation_steps", 1)
+        if step_statistics == "data_parallel" and accumulation > 1:
+            problem = whole_step_problem(
+                loaded,
+                f"{LABEL}(step_statistics='data_parallel') with gradient_accumulation_steps = {accumulation}",
+                "step_statistics='optimizer_step' (one extra no-grad forward per optimizer step)",
+            )
+            if problem:
+                raise ValueError(problem)
         self.rlstab_objective: Objective = loaded
         self.rlstab_compiled: CompiledObjective = loaded.compile()
         """The compiled loss."""

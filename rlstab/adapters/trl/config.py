@@ -144,13 +144,15 @@ def _refusals(objective: Objective, args) -> list[str]:
             "use_adaptive_entropy = True: TRL would add its own adaptive entropy bonus; put it in the objective "
             f"(regularisers: [{{kind: adaptive_entropy, coef: {args.entropy_coef}, target_entropy: {args.entropy_target}, "
             f"delta: {args.entropy_coef_delta}, coef_min: {args.entropy_coef_min}, coef_max: {args.entropy_coef_max}, "
-            "measure: entropy, boundary: at_or_below, first_step: 'off'}], TRL's rule) and set use_adaptive_entropy=False"
+            "measure: entropy, boundary: at_or_below, first_step: 'off', average: micro_batch}], TRL's rule) and set "
+            "use_adaptive_entropy=False"
         )
     elif args.entropy_coef != 0.0:
         advice = (
             f"the objective already has regularisers[{bonuses[0]}] (entropy_bonus); set entropy_coef=0.0"
             if bonuses
-            else f"add regularisers: [{{kind: entropy_bonus, coef: {args.entropy_coef}}}] to the objective and set entropy_coef=0.0"
+            else f"add regularisers: [{{kind: entropy_bonus, coef: {args.entropy_coef}, average: micro_batch}}] to the objective "
+            "(TRL's mean per micro-batch) and set entropy_coef=0.0"
         )
         problems.append(
             f"entropy_coef = {args.entropy_coef!r}: TRL would add its own entropy bonus; {advice}"

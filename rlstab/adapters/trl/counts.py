@@ -96,6 +96,7 @@ def step_stats(
     *,
     distributed: bool | None = None,
     update_state: bool = True,
+    part_of_step: bool = False,
 ) -> StepStats:
     """The step statistics of one TRL micro-batch: TRL's denominators, this micro-batch's thresholds.
 
@@ -110,10 +111,12 @@ def step_stats(
     rejection with ``rejected: padding``) shrinks ``tokens_valid`` and ``sequences_valid`` by this
     micro-batch's share in the same way.
 
-    ``update_state``: advance stateful components (BAPO's bounds, STARE's controller); the
-    trainer passes True on the first micro-batch of each optimizer step only.
+    ``update_state``: a new optimizer step begins (the trainer passes True on its first micro-batch
+    only); ``part_of_step``: the micro-batch is one part of the step, so a controller whose value
+    comes from its state (adaptive entropy) measures every micro-batch and moves once
+    ([`step_parts`][rlstab.adapters.step_parts]).
     """
-    local = compiled.gather([batch], distributed=distributed, update_state=update_state)
+    local = compiled.gather([batch], distributed=distributed, update_state=update_state, part_of_step=part_of_step)
     return with_trainer_counts(local, scale, counted(compiled, [batch], local, scale, distributed=distributed))
 
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
+from rlstab.adapters.step_parts import whole_step_problem
 from rlstab.adapters.trl.checkpoint import ComponentStateCheckpoints
 from rlstab.adapters.trl.compat import check_version
 from rlstab.adapters.trl.config import build_objective, check_config
@@ -47,7 +48,10 @@ class RlstabGRPOTrainer(ComponentStateCheckpoints, GRPOTrainer):
             ``"data_parallel"`` (default): TRL's denominators, which are exact over the optimizer
             step, and mask thresholds (entropy quantiles) of each micro-batch gathered over the
             same micro-batch of every process, as TRL's ``top_entropy_quantile`` does (and as
-            the veRL adapter's ``step_statistics=data_parallel``).
+            the veRL adapter's ``step_statistics=data_parallel``). Adaptive entropy's controller
+            measures every micro-batch and moves once per optimizer step, as TRL's own; with
+            ``gradient_accumulation_steps`` > 1, BAPO and STARE (whose step values read the whole
+            step) are refused ([`step_parts`][rlstab.adapters.step_parts]).
             ``"optimizer_step"``: in addition, before the first micro-batch of each optimizer
             step, one no-grad forward pass over all the step's micro-batches (they are already
             generated and buffered) makes thresholds and kept-token counts exact over the whole
@@ -58,6 +62,8 @@ class RlstabGRPOTrainer(ComponentStateCheckpoints, GRPOTrainer):
     Raises:
         rlstab.ConfigError: the objective does not load, or ``args`` asks TRL to add a term
             the objective would have to carry (the message says which field and what to set).
+        ValueError: ``step_statistics`` cannot run the objective exactly with ``args`` (one line
+            naming the setting to use).
     """
 
     def __init__(
@@ -76,7 +82,7 @@ class RlstabGRPOTrainer(ComponentStateCheckpoints, GRPOTrainer):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if config is not None:  # checked before TRL loads the model and the reference model
             check_config(loaded, config)
-            _check_step_statistics(step_statistics, config)
+            _check_step_statistics(step_statistics, config, loaded)
         self.rlstab_objective: Objective = loaded
         """The validated objective."""
         self.rlstab_compiled: CompiledObjective = loaded.compile()
@@ -87,7 +93,7 @@ class RlstabGRPOTrainer(ComponentStateCheckpoints, GRPOTrainer):
         super().__init__(*args, **kwargs)
         if config is None:  # TRL built its default GRPOConfig
             check_config(loaded, self.args)
-            _check_step_statistics(step_statistics, self.args)
+            _check_step_statistics(step_statistics, self.args, loaded)
 
     # ------------------------------------------------------------------ the loss
 
@@ -101,7 +107,11 @@ class RlstabGRPOTrainer(ComponentStateCheckpoints, GRPOTrainer):
             step = self._rlstab_window_stats(model, scale)
         else:
             step = step_stats(
-                self.rlstab_compiled, batch, scale, update_state=self._rlstab_first_of_step(mode)
+                self.rlstab_compiled,
+                batch,
+                scale,
+                update_state=self._rlstab_first_of_step(mode),
+                part_of_step=mode == "train",
             )
         out = self.rlstab_compiled(batch, step=step)
         loss = out.loss
@@ -186,7 +196,16 @@ class RlstabGRPOTrainer(ComponentStateCheckpoints, GRPOTrainer):
         return self._rlstab_batch(inputs, per_token_logps, entropies)
 
 
-def _check_step_statistics(step_statistics: str, args) -> None:
+def _check_step_statistics(step_statistics: str, args, objective: Objective) -> None:
+    accumulation = args.gradient_accumulation_steps
+    if step_statistics == "data_parallel" and accumulation > 1:
+        problem = whole_step_problem(
+            objective,
+            f"RlstabGRPOTrainer(step_statistics='data_parallel') with gradient_accumulation_steps = {accumulation}",
+            "step_statistics='optimizer_step' (one extra no-grad forward per optimizer step)",
+        )
+        if problem:
+            raise ValueError(problem)
     if (
         step_statistics == "optimizer_step"
         and args.steps_per_generation % args.gradient_accumulation_steps != 0

@@ -28,6 +28,7 @@ from verl.workers.config import PolicyLossConfig
 from rlstab.adapters import trainers
 from rlstab.adapters.optimizer_steps import StepTracker
 from rlstab.adapters.patching import patch_once
+from rlstab.adapters.step_parts import whole_step_problem
 from rlstab.adapters.trainer_aggregation import verl_warning
 from rlstab.adapters.trainer_parts import TOKEN_BASELINES, VERL_SAMPLER
 from rlstab.compiler.plan import Plan
@@ -67,7 +68,10 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
             with more than one data-parallel rank: each rank's state would drift).
             ``data_parallel``: on the micro-batches of the same index on every data-parallel rank
             together (all-reduces per micro-batch; relies on verl giving every rank the same
-            number of micro-batches, which its fsdp engine does).
+            number of micro-batches, which its fsdp engine does). In both, adaptive entropy's
+            controller measures every micro-batch of the optimizer step and moves once; BAPO,
+            STARE and any component moving once per training batch are refused
+            ([`step_parts`][rlstab.adapters.step_parts]).
         entropy_function: what computes the per-token entropy in the actor's FSDP engine.
             ``rlstab`` (default): ``rlstab.stats``, one pass over the logits (Triton kernels on
             CUDA; verl's own function on a GPU without Triton, where it is faster), without
@@ -97,6 +101,15 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
                 f"{CONFIG_PATH}.entropy_function = {self.entropy_function!r}: allowed {', '.join(ENTROPY_FUNCTIONS)}"
             )
         self._rlstab_objective = build_objective(self.objective, self.overrides)
+        if self.step_statistics != "optimizer_step":
+            problem = whole_step_problem(
+                self._rlstab_objective,
+                f"{CONFIG_PATH}.step_statistics = {self.step_statistics!r}",
+                f"{CONFIG_PATH}.step_statistics=optimizer_step (the default)",
+                training_batch=True,
+            )
+            if problem:
+                raise ValueError(problem)
         self._rlstab_compiled = None
         self.rlstab_step_tracker = StepTracker()
 

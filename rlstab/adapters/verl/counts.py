@@ -50,10 +50,12 @@ def step_stats(
     denominator is the global valid count times this micro-batch's kept fraction.
     ``across_ranks``: thresholds and kept fraction over this micro-batch on every rank of
     ``group`` (a collective call). Without global info (one rank, no ``batch_num_tokens``) the
-    micro-batch is its own step, as in verl. ``update_state``: advance stateful components (on the
-    step's first micro-batch only).
+    micro-batch is its own step, as in verl. The micro-batch is one part of the optimizer step
+    ([`step_parts`][rlstab.adapters.step_parts]); ``update_state``: it is the step's first.
     """
-    local = compiled.gather([batch], group=group, distributed=across_ranks, update_state=update_state)
+    local = compiled.gather(
+        [batch], group=group, distributed=across_ranks, update_state=update_state, part_of_step=True
+    )
     scope = counted(compiled, [batch], group=group, distributed=across_ranks) if is_global(info) else None
     return with_trainer_counts(local, info, batch.shape[1], scope)
 

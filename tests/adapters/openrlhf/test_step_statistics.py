@@ -69,6 +69,7 @@ def runs(tmp_path_factory):
         {"name": "bapo", "objective": yaml_of("bapo"), "mode": "optimizer_step", "batches": [0, 2],
          "save_after": 1, "ckpt": bapo_ckpt},
         {"name": "stare-local-refused", "objective": yaml_of("stare"), "mode": "local", "expect_error": True},
+        {"name": "bapo-local-refused", "objective": yaml_of("bapo"), "mode": "local", "expect_error": True},
         {"name": "stare-local", "objective": yaml_of("stare"), "mode": "local", "batches": [0, 2], "skip_check": True},
         {"name": "bapo-local", "objective": yaml_of("bapo"), "mode": "local", "batches": [0, 2], "skip_check": True},
     ])
@@ -158,11 +159,18 @@ def test_bapo_bounds_step_once_per_optimizer_step_from_the_whole_step(runs):
     assert not close(local[0], local[1])
 
 
-def test_local_mode_with_a_stateful_component_on_two_ranks_is_refused(runs):
+@pytest.mark.parametrize("name, label, scope", [
+    ("stare", "reweighters[0] (stare)", "optimizer step or training batch"),
+    ("bapo", "surrogate (bapo)", "optimizer step"),
+])
+def test_local_mode_refuses_a_state_that_reads_the_whole_step_when_the_trainer_is_built(runs, name, label, scope):
+    """Every stateful component OpenRLHF can run (its own entropy bonus replaces adaptive_entropy) reads the whole
+    step or training batch, which ``local`` never sees: refused by ``ActorPPOTrainer.__init__``, naming the mode."""
     for rank in runs["first"]:
-        error = rank["stare-local-refused"]["error"]
-        assert error.startswith("ValueError: rlstab: step_statistics='local' with 2 data-parallel ranks: "
-                                "reweighters[0] (stare) would move its state")
+        assert rank[f"{name}-local-refused"]["error"] == (
+            f"ValueError: rlstab: step_statistics='local': {label} needs the whole {scope} before its first "
+            "micro-batch, but this mode sees one micro-batch at a time; use --step-statistics optimizer_step (the default)"
+        )
 
 
 @pytest.mark.parametrize("name", ["stare", "bapo"])

@@ -5,7 +5,9 @@ log-probabilities without vLLM, rewards or prompt groups; Lp-Reg's proxy, which 
 computes; GTPO's token ids, which no adapter passes), or for a part only a trainer can run
 that TRL's does not (rlstab.adapters.trainer_parts: the learning-rate scale, VCPO's baseline, a
 sampler, a rollout, branch rows); any other refusal or failure means the adapter has to learn about
-a new component.
+a new component. A preset whose state reads the whole optimizer step (BAPO, STARE) is refused at
+``gradient_accumulation_steps = 2`` in the default mode, which sees one micro-batch at a time, with
+the mode to use, and runs at 1.
 """
 
 import warnings
@@ -42,8 +44,13 @@ def test_preset_runs_in_trl_or_is_refused_for_a_missing_input(tmp_path, preset):
             assert problems and all(p in trainer_only or any(why in p for why in UNAVAILABLE_ON_CPU) for p in problems), str(err)
             assert all(p in problems for p in trainer_only), str(err)  # every trainer-only part is named
             return
+        except ValueError as err:  # a state that reads the whole step, in the mode that sees one micro-batch at a time
+            assert rlstab.compile(rlstab.load(preset)).states_needing_whole_step(), str(err)
+            assert str(err).endswith("use step_statistics='optimizer_step' (one extra no-grad forward per optimizer step)")
+            trainer = make_trainer(tmp_path / "ga1", preset, model=tiny_model(sharpen=8.0), gradient_accumulation_steps=1)
+    accumulation = trainer.args.gradient_accumulation_steps
     inputs = crafted_inputs(trainer, 0, num_items_in_batch=60.0)
-    loss, grads = loss_and_grads(trainer, inputs, 2)
+    loss, grads = loss_and_grads(trainer, inputs, accumulation)
     assert torch.isfinite(loss)
     assert grads and all(torch.isfinite(g).all() for g in grads.values())
     assert any(g.abs().sum() > 0 for g in grads.values())
@@ -56,6 +63,7 @@ def test_stateful_components_advance_once_per_optimizer_step_and_survive_a_check
         tmp_path,
         "bapo",
         model=tiny_model(sharpen=8.0),
+        step_statistics="optimizer_step",
         gradient_accumulation_steps=2,
         max_steps=2,
         save_strategy="steps",
@@ -81,6 +89,7 @@ def test_stateful_components_advance_once_per_optimizer_step_and_survive_a_check
         tmp_path / "resumed",
         "bapo",
         model=tiny_model(sharpen=8.0),
+        step_statistics="optimizer_step",
         gradient_accumulation_steps=2,
         max_steps=2,
     )

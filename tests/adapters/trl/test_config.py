@@ -76,12 +76,14 @@ def test_off_policy_mask_is_refused(tmp_path):
 def test_trls_entropy_bonus_is_refused_with_the_regulariser_to_use(tmp_path):
     message = refusal(tmp_path, "stapo", entropy_coef=0.01)
     assert "entropy_coef = 0.01: TRL would add its own entropy bonus" in message
-    assert "regularisers: [{kind: entropy_bonus, coef: 0.01}]" in message
+    assert "regularisers: [{kind: entropy_bonus, coef: 0.01, average: micro_batch}]" in message
     both = {"extends": "stapo", "regularisers": [{"kind": "entropy_bonus", "coef": 0.01}]}
     assert "already has regularisers[0] (entropy_bonus); set entropy_coef=0.0" in refusal(
         tmp_path, both, entropy_coef=0.01
     )
-    assert "use_adaptive_entropy = True" in refusal(tmp_path, "stapo", use_adaptive_entropy=True)
+    adaptive = refusal(tmp_path, "stapo", use_adaptive_entropy=True)
+    assert "use_adaptive_entropy = True" in adaptive
+    assert "first_step: 'off', average: micro_batch}], TRL's rule" in adaptive
 
 
 def test_beta_and_the_kl_regulariser_must_agree(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 import torch
 from trl import GRPOConfig
 
+import rlstab
 from rlstab.adapters.trl import RlstabGRPOTrainer
 from rlstab.adapters.trl.loss import _check_step_statistics
 
@@ -26,12 +27,13 @@ def test_an_unknown_step_statistics_is_refused_before_trl_loads_the_model():
 
 
 def test_optimizer_step_needs_generation_batches_of_whole_optimizer_steps(tmp_path):
-    _check_step_statistics("optimizer_step", grpo_config(tmp_path, gradient_accumulation_steps=2, steps_per_generation=4))
-    _check_step_statistics("data_parallel", grpo_config(tmp_path, gradient_accumulation_steps=2, steps_per_generation=3))
+    dapo = rlstab.load("dapo")
+    _check_step_statistics("optimizer_step", grpo_config(tmp_path, gradient_accumulation_steps=2, steps_per_generation=4), dapo)
+    _check_step_statistics("data_parallel", grpo_config(tmp_path, gradient_accumulation_steps=2, steps_per_generation=3), dapo)
     config = grpo_config(tmp_path, gradient_accumulation_steps=2, steps_per_generation=3)
     with pytest.raises(ValueError, match=r"GRPOConfig.steps_per_generation = 3 is not a multiple of "
                                          r"gradient_accumulation_steps = 2"):
-        _check_step_statistics("optimizer_step", config)
+        _check_step_statistics("optimizer_step", config, dapo)
     assert isinstance(config, GRPOConfig)
 
 

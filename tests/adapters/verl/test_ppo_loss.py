@@ -81,23 +81,19 @@ def test_missing_entropy_names_the_flag():
         losses.ppo_loss(config=config, model_output=model_output, data=data, dp_group=None)
 
 
-def test_stateful_components_advance_once_per_optimizer_step():
-    """verl calls the loss once per micro-batch; BAPO's state (a step counter) must advance once per optimizer step."""
-    config = actor_config("bapo")
-    compiled = config.policy_loss.rlstab_compiled
-    param = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([param], lr=0.1)
-    logprobs, advantages, response_lengths, prompt_lengths = inputs()
-
-    def micro_batch_loss():
-        model_output, data, _, _ = micro_batch(logprobs, torch.zeros(2, 4), advantages, response_lengths, prompt_lengths)
-        losses.ppo_loss(config=config, model_output=model_output, data=data, dp_group=None)
-
-    for _ in range(3):  # three micro-batches of one step
-        micro_batch_loss()
-    assert compiled.state_dict()["surrogate (bapo)"]["steps"] == 1
-    param.grad = torch.ones(1)
-    optimizer.step()
-    micro_batch_loss()
-    micro_batch_loss()
-    assert compiled.state_dict()["surrogate (bapo)"]["steps"] == 2
+@pytest.mark.parametrize("mode", ["local", "data_parallel"])
+@pytest.mark.parametrize("preset, label, scope", [
+    ("bapo", "surrogate (bapo)", "optimizer step"),  # bounds from the step's ratios
+    ("stare", "reweighters[0] (stare)", "optimizer step or training batch"),  # gate from the training batch's entropy
+])
+def test_every_stateful_preset_is_refused_per_micro_batch(mode, preset, label, scope):
+    """BAPO and STARE read the whole step (or training batch), which these modes never see; skywork_entropy's
+    adaptive_entropy is refused in every veRL mode (veRL adds its own fixed entropy bonus)."""
+    with pytest.raises(ValueError) as info:
+        actor_config(preset, step_statistics=mode, calculate_entropy=True)
+    assert str(info.value) == (
+        f"actor_rollout_ref.actor.policy_loss.step_statistics = {mode!r}: {label} needs the whole {scope} before its "
+        "first micro-batch, but this mode sees one micro-batch at a time; use "
+        "actor_rollout_ref.actor.policy_loss.step_statistics=optimizer_step (the default)"
+    )
+    actor_config(preset, step_statistics="optimizer_step", calculate_entropy=True)

@@ -152,7 +152,8 @@ def test_without_the_old_entropy_one_forward_of_the_training_batch_gives_the_sam
                     assert x.item() == pytest.approx(y.item(), abs=1e-5)
 
 
-def test_local_statistics_with_a_stateful_component_on_two_ranks_is_refused(setup):
+def test_local_statistics_with_a_state_that_reads_the_whole_step_are_refused(setup):
     model_path, overrides, _ = setup
-    with pytest.raises(pytest.fail.Exception, match=r"step_statistics = 'local' with 2 data-parallel ranks: .*stare"):
+    with pytest.raises(pytest.fail.Exception, match=r"step_statistics = 'local': reweighters\[0\] \(stare\), "
+                                                    r"surrogate \(bapo\) need the whole optimizer step or training batch"):
         run(2, model_path, overrides + ["+actor_rollout_ref.actor.policy_loss.step_statistics=local"])
