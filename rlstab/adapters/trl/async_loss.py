@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 
-from rlstab.adapters.step_parts import whole_step_problem
 from rlstab.adapters.trl.async_config import LABEL, check_async_config
 from rlstab.adapters.trl.async_counts import async_scale, step_stats
 from rlstab.adapters.trl.async_inputs import forward, token_batch, unpack
@@ -29,7 +28,7 @@ from rlstab.adapters.trl.async_metrics import log_async_metrics
 from rlstab.adapters.trl.async_step_scope import Window, window_stats
 from rlstab.adapters.trl.checkpoint import ComponentStateCheckpoints
 from rlstab.adapters.trl.compat import check_version
-from rlstab.adapters.trl.config import build_objective
+from rlstab.adapters.trl.config import build_objective, check_accumulated_state
 from rlstab.adapters.trl.counts import TrlScale
 from rlstab.compiled import CompiledObjective, StepStats
 from rlstab.lazy import torch
@@ -84,15 +83,7 @@ class RlstabAsyncGRPOTrainer(ComponentStateCheckpoints, AsyncGRPOTrainer):
         loaded = build_objective(objective, LABEL)
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         check_async_config(loaded, config, old_logprobs)
-        accumulation = getattr(config, "gradient_accumulation_steps", 1)
-        if step_statistics == "data_parallel" and accumulation > 1:
-            problem = whole_step_problem(
-                loaded,
-                f"{LABEL}(step_statistics='data_parallel') with gradient_accumulation_steps = {accumulation}",
-                "step_statistics='optimizer_step' (one extra no-grad forward per optimizer step)",
-            )
-            if problem:
-                raise ValueError(problem)
+        check_accumulated_state(loaded, LABEL, step_statistics, getattr(config, "gradient_accumulation_steps", 1))
         self.rlstab_objective: Objective = loaded
         self.rlstab_compiled: CompiledObjective = loaded.compile()
         """The compiled loss."""

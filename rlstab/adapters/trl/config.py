@@ -37,6 +37,7 @@ import warnings
 from typing import Any
 
 from rlstab.adapters import trainers
+from rlstab.adapters.step_parts import whole_step_problem
 from rlstab.adapters.trainer_parts import unsupplied
 from rlstab.advantages import GRPO, Given
 from rlstab.compiler.plan import Plan
@@ -103,6 +104,19 @@ def build_objective(objective: Any, label: str = LABEL) -> Objective:
         raise ConfigError(source, err.problems) from None
     except TypeError as err:
         raise ConfigError(label, [str(err)]) from None
+
+
+def check_accumulated_state(objective: Objective, trainer: str, step_statistics: str, accumulation: int) -> None:
+    """Refuse (``ValueError``, one line) a state that reads the whole step in ``data_parallel`` with accumulation."""
+    if step_statistics != "data_parallel" or accumulation <= 1:
+        return
+    problem = whole_step_problem(
+        objective,
+        f"{trainer}(step_statistics='data_parallel') with gradient_accumulation_steps = {accumulation}",
+        "step_statistics='optimizer_step' (one extra no-grad forward per optimizer step)",
+    )
+    if problem:
+        raise ValueError(problem)
 
 
 def check_config(objective: Objective, args) -> list[str]:

@@ -20,10 +20,9 @@ from typing import Any, Literal
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from rlstab.adapters.step_parts import whole_step_problem
 from rlstab.adapters.trl.checkpoint import ComponentStateCheckpoints
 from rlstab.adapters.trl.compat import check_version
-from rlstab.adapters.trl.config import build_objective, check_config
+from rlstab.adapters.trl.config import build_objective, check_accumulated_state, check_config
 from rlstab.adapters.trl.counts import TrlScale, step_stats, trl_scale
 from rlstab.adapters.trl.inputs import forward_kwargs, token_batch
 from rlstab.adapters.trl.metrics import log_metrics
@@ -197,15 +196,7 @@ class RlstabGRPOTrainer(ComponentStateCheckpoints, GRPOTrainer):
 
 
 def _check_step_statistics(step_statistics: str, args, objective: Objective) -> None:
-    accumulation = args.gradient_accumulation_steps
-    if step_statistics == "data_parallel" and accumulation > 1:
-        problem = whole_step_problem(
-            objective,
-            f"RlstabGRPOTrainer(step_statistics='data_parallel') with gradient_accumulation_steps = {accumulation}",
-            "step_statistics='optimizer_step' (one extra no-grad forward per optimizer step)",
-        )
-        if problem:
-            raise ValueError(problem)
+    check_accumulated_state(objective, "RlstabGRPOTrainer", step_statistics, args.gradient_accumulation_steps)
     if (
         step_statistics == "optimizer_step"
         and args.steps_per_generation % args.gradient_accumulation_steps != 0
