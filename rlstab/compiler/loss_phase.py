@@ -98,21 +98,17 @@ class LossPhase:
         regularisers = []
         if obj.regularisers:
             reg_agg = self.regulariser_aggregation
-            weights = {}  # by average, then on kept tokens
-
-            def reg_weight(average: str, tokens: str) -> torch.Tensor:
-                if (average, tokens) not in weights:
-                    if tokens == "kept":
-                        weights[average, tokens] = reg_weight(average, "valid") * kept
-                    elif average == "micro_batch":
-                        weights[average, tokens] = t.valid * _micro_batch_mean(t, step.counts)
-                    else:
-                        row_tokens = t.valid_rows() if reg_agg._reads_row_tokens else None
-                        weights[average, tokens] = t.valid * _scale(obj, reg_agg, step, t, row_tokens)
-                return weights[average, tokens]
-
+            row_tokens = t.valid_rows() if reg_agg._reads_row_tokens else None
+            weights = {}  # (average, tokens) -> per-token weight, computed once per micro-batch
             for reg, hook in zip(obj.regularisers, step.hooks[len(obj.reweighters) + 1:]):
-                value = (reg.term(batch, t) * reg_weight(reg.average, reg.tokens)).sum()
+                key = (reg.average, reg.tokens)
+                if key not in weights:
+                    if reg.average == "micro_batch":
+                        weight = t.valid * _micro_batch_mean(t, step.counts)
+                    else:
+                        weight = t.valid * _scale(obj, reg_agg, step, t, row_tokens)
+                    weights[key] = weight * kept if reg.tokens == "kept" else weight
+                value = (reg.term(batch, t) * weights[key]).sum()
                 loss = loss + reg.coefficient(hook) * value
                 regularisers.append(value.detach())
         n_kept = t.valid_count() if kept is t.valid else kept.sum()  # without masks, the valid tokens

@@ -57,8 +57,8 @@ class AdaptiveEntropy(EntropyBonus):
     rlstab does the same: at the start of step $k$ the step value is $(c_k, \text{gate}(e_{k-1}))$,
     and the state moves to $(c_{k+1}, e_k)$, with $e_k$ gathered over the step's micro-batches
     and ranks (``gather``), so it is exact at any micro-batch size and number of ranks. Where a
-    trainer's adapter sees one micro-batch at a time (TRL's ``data_parallel``, veRL's
-    ``data_parallel`` and ``local``, OpenRLHF's ``local``), every micro-batch applies
+    trainer's adapter sees one micro-batch at a time (TRL's default ``data_parallel``; veRL and
+    OpenRLHF add their own entropy bonus and refuse this one), every micro-batch applies
     $(c_k, \text{gate}(e_{k-1}))$, their sums add up to the step's, and the state moves once
     after the step (``gather(..., part_of_step=True)``), as TRL's own controller does.
 

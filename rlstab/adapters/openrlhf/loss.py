@@ -78,8 +78,8 @@ class RlstabPolicyLoss(PolicyLoss):
             ``ActorPPOTrainer.ppo_train`` before the step's first micro-batch; a call outside
             ``ppo_train`` (no statistics prepared for it) raises rather than quietly making the
             micro-batch its own step, which would change the method. ``local``: each micro-batch
-            is its own step; a stateful component whose value comes from its state (adaptive
-            entropy's controller) measures every micro-batch of the optimizer step and moves once,
+            is its own step; a stateful component whose value comes from its state alone
+            (``value_from_state``) measures every micro-batch of the optimizer step and moves once,
             and one that reads the whole step or training batch (BAPO, STARE) is refused when the
             trainer is built ([`step_parts`][rlstab.adapters.step_parts]).
     """

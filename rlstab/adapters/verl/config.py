@@ -68,9 +68,10 @@ class RlstabPolicyLossConfig(PolicyLossConfig):
             with more than one data-parallel rank: each rank's state would drift).
             ``data_parallel``: on the micro-batches of the same index on every data-parallel rank
             together (all-reduces per micro-batch; relies on verl giving every rank the same
-            number of micro-batches, which its fsdp engine does). In both, adaptive entropy's
-            controller measures every micro-batch of the optimizer step and moves once; BAPO,
-            STARE and any component moving once per training batch are refused
+            number of micro-batches, which its fsdp engine does). In both, a stateful
+            component whose value comes from its state alone (``value_from_state``) measures every
+            micro-batch of the optimizer step and moves once; BAPO, STARE and any component moving
+            once per training batch are refused
             ([`step_parts`][rlstab.adapters.step_parts]).
         entropy_function: what computes the per-token entropy in the actor's FSDP engine.
             ``rlstab`` (default): ``rlstab.stats``, one pass over the logits (Triton kernels on
