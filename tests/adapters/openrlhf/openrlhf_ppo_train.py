@@ -61,6 +61,9 @@ def main(config_path: str) -> None:
 
     module, _, function = SETUP_HOOK.rpartition(".")
     getattr(importlib.import_module(module), function)()  # what Ray does in each worker
+    import surprisal_controller  # tests/: a stateful kind of the tests' own, for the cases that name it
+
+    surprisal_controller.register()
 
     from openrlhf.trainer.ray import ppo_actor
     from openrlhf.utils.deepspeed import deepspeed as ds_module
@@ -208,7 +211,8 @@ def record_calls(compiled, events):
         stats = gather(batches, **kwargs)
         events.append({"kind": "gather", "batches": rows(batches), "thresholds": stats.thresholds,
                        "hooks": copy.deepcopy(stats.hooks), "kept": stats.counts.tokens_kept,
-                       "valid": stats.counts.tokens_valid, "state": compiled.state_dict()})
+                       "valid": stats.counts.tokens_valid, "state": compiled.state_dict(),
+                       "update_state": kwargs.get("update_state", True), "part_of_step": kwargs.get("part_of_step", False)})
         return stats
 
     def recorded_begin(batches, **kwargs):

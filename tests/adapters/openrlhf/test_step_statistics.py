@@ -7,7 +7,8 @@ recorded on each rank with its inputs, and recomputed here in one process on bot
 together. A second pair of fresh processes resumes from the checkpoint the first pair saved
 after the first training batch, through OpenRLHF's own ``PolicyModelActor.save_checkpoint`` and
 ``DeepspeedStrategy.save_ckpt`` / ``load_ckpt`` (the DeepSpeed engine itself is a stand-in; see
-the script's docstring).
+the script's docstring). A third run, on one rank under ``local``, trains with a state-valued
+controller of the tests' own.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import surprisal_controller
 import torch
 
+import rlstab
 from rlstab.adapters.openrlhf.config import OBJECTIVE_ENV, build_objective, objective_to_env
 from rlstab.batch import TokenBatch
+from rlstab.registry import isolated
 
 from openrlhf_gpu_stubs import subprocess_env, write_stubs
 
@@ -36,25 +40,37 @@ OBJECTIVES = {
 }
 
 
+CONTROLLER = "reweighters[0] (surprisal_controller)"
+CONTROLLED = {"extends": "dapo", "reweighters": [{"kind": "surprisal_controller"}]}  # tests/surprisal_controller.py
+
+
 def yaml_of(name: str) -> str:
     return objective_to_env(build_objective(OBJECTIVES[name]))
 
 
-def run_ranks(tmp: Path, tag: str, cases: list[dict]) -> list[dict]:
-    """Both ranks of a gloo group, each running ``cases``; their recorded results."""
+def with_controller(use):
+    """``use(objective)`` of the objective with the tests' own state-valued controller, its kind registered here
+    for the call only."""
+    with isolated():
+        surprisal_controller.register()
+        return use(build_objective(CONTROLLED))
+
+
+def run_ranks(tmp: Path, tag: str, cases: list[dict], world: int = 2) -> list[dict]:
+    """Every rank of a gloo group, each running ``cases``; their recorded results."""
     stubs = write_stubs(tmp / "stubs")
     env = subprocess_env(stubs, **{OBJECTIVE_ENV: yaml_of("s2t")})  # an entropy reader: the hook wraps Actor.forward
     procs, outs = [], []
-    for rank in range(2):
+    for rank in range(world):
         config, out = tmp / f"{tag}{rank}.json", tmp / f"{tag}{rank}.pt"
-        config.write_text(json.dumps({"rank": rank, "world_size": 2, "store": str(tmp / f"{tag}.store"),
+        config.write_text(json.dumps({"rank": rank, "world_size": world, "store": str(tmp / f"{tag}.store"),
                                       "out": str(out), "cases": cases}))
         log = open(tmp / f"{tag}{rank}.log", "w")
         procs.append(subprocess.Popen([sys.executable, str(SCRIPT), str(config)], env=env, stdout=log,
                                       stderr=subprocess.STDOUT))
         outs.append(out)
     codes = [p.wait(timeout=600) for p in procs]
-    assert codes == [0, 0], (tmp / f"{tag}0.log").read_text()[-4000:] + (tmp / f"{tag}1.log").read_text()[-4000:]
+    assert codes == [0] * world, "".join((tmp / f"{tag}{rank}.log").read_text()[-4000:] for rank in range(world))
     return [torch.load(out, weights_only=False) for out in outs]
 
 
@@ -72,6 +88,10 @@ def runs(tmp_path_factory):
         {"name": "bapo-local-refused", "objective": yaml_of("bapo"), "mode": "local", "expect_error": True},
         {"name": "stare-local", "objective": yaml_of("stare"), "mode": "local", "batches": [0, 2], "skip_check": True},
         {"name": "bapo-local", "objective": yaml_of("bapo"), "mode": "local", "batches": [0, 2], "skip_check": True},
+        {"name": "skywork-local-refused", "objective": rlstab.load("skywork_entropy").to_yaml(),
+         "mode": "local", "expect_error": True},
+        {"name": "controller-local-refused", "objective": with_controller(objective_to_env), "mode": "local",
+         "expect_error": True},
     ])
     resumed = run_ranks(tmp, "resumed", [
         {"name": "mismatch", "objective": yaml_of("bapo"), "mode": "optimizer_step", "resume": True,
@@ -170,6 +190,53 @@ def test_local_mode_refuses_a_state_that_reads_the_whole_step_when_the_trainer_i
         assert rank[f"{name}-local-refused"]["error"] == (
             f"ValueError: rlstab: step_statistics='local': {label} needs the whole {scope} before its first "
             "micro-batch, but this mode sees one micro-batch at a time; use --step-statistics optimizer_step (the default)"
+        )
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory):
+    """``local`` on one rank: ``ppo_train`` over two training batches with a controller whose value is its state's."""
+    case = {"name": "controller", "objective": with_controller(objective_to_env), "mode": "local", "batches": [0, 2]}
+    (rank,) = run_ranks(tmp_path_factory.mktemp("one_rank"), "one", [case], world=1)
+    return rank["controller"]
+
+
+def test_local_mode_moves_a_state_valued_controller_once_per_step_from_every_micro_batch(one_rank):
+    """Each micro-batch applies the value of the state its optimizer step began with; the state moves once per
+    step, from the measure of both micro-batches, as one process gathering the whole step."""
+    events = one_rank["events"]
+    assert [e["kind"] for e in events] == ["gather"] * 2 * 2 * STEPS_PER_BATCH  # micro-batches x steps x batches
+    assert [e["update_state"] for e in events] == [True, False] * 2 * STEPS_PER_BATCH
+    assert all(e["part_of_step"] for e in events)
+    compiled = with_controller(lambda objective: objective.compile())
+    for first, last in zip(events[::2], events[1::2]):
+        step = batches(first["batches"]) + batches(last["batches"])
+        stats = compiled.gather(step, distributed=False)
+        assert close(first["hooks"][0], stats.hooks[0]) and close(last["hooks"][0], stats.hooks[0])
+        assert close(last["state"], compiled.state_dict())
+        # the measure is of the whole step: the two micro-batches' mean surprisals differ
+        surprisal = [-b.old_logprobs[b.response_mask.bool()].double().mean().item() for b in step]
+        assert abs(surprisal[0] - surprisal[1]) > 1e-3
+    assert [s[CONTROLLER]["steps"] for s in one_rank["states"]] == [STEPS_PER_BATCH, 2 * STEPS_PER_BATCH]
+    assert events[0]["hooks"][0] == 1.0 and all(e["hooks"][0] > 1.1 for e in events[2:])  # it acted
+
+
+def test_adaptive_entropy_is_refused_when_the_trainer_is_built(runs):
+    """skywork_entropy, the other stateful preset, set in the environment without the launcher (which refuses it
+    first): OpenRLHF adds its own fixed entropy bonus, in every mode."""
+    for rank in runs["first"]:
+        assert rank["skywork-local-refused"]["error"].startswith(
+            "ConfigError: $RLSTAB_OPENRLHF_OBJECTIVE: regularisers[0] (adaptive_entropy): not available in OpenRLHF; "
+        )
+
+
+def test_local_mode_on_several_ranks_refuses_a_state_valued_controller(runs):
+    """Each rank would move its own state from its own micro-batches: refused when the trainer is built."""
+    for rank in runs["first"]:
+        assert rank["controller-local-refused"]["error"] == (
+            f"ValueError: rlstab: step_statistics='local' with 2 data-parallel ranks: {CONTROLLER} would move its "
+            "state from each rank's own micro-batch, and the ranks' states would drift apart; use "
+            "--step-statistics optimizer_step (the default)"
         )
 
 

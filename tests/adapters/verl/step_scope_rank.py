@@ -16,6 +16,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import surprisal_controller  # noqa: E402
+
 import training_worker_rank as base  # noqa: E402
 
 TRAINING_BATCHES = 2
@@ -24,6 +26,7 @@ TRAINING_BATCHES = 2
 def run_rank(rank, world_size, model_path, overrides, keep_entropy) -> dict:
     """This rank's record (``rlstab.testing.spawned_ranks.run_ranks``)."""
     base.join_cpu_group(rank, world_size)
+    surprisal_controller.register()  # a kind of the tests' own, for objectives that name it
 
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
@@ -63,7 +66,8 @@ def _record(compiled) -> list[dict]:
         batches = list(batches)
         stats = gather(batches, **kwargs)
         calls.append({"call": "gather", "inputs": inputs(batches), "thresholds": stats.thresholds,
-                      "hooks": stats.hooks, "counts": stats.counts, "state": compiled.state_dict()})
+                      "hooks": stats.hooks, "counts": stats.counts, "state": compiled.state_dict(),
+                      "update_state": kwargs.get("update_state", True), "part_of_step": kwargs.get("part_of_step", False)})
         return stats
 
     def recording_begin(batches, **kwargs):

@@ -4,7 +4,8 @@ Two training batches, each two optimizer steps (mini-batches) of two micro-batch
 different rows on each rank. One objective carries all three kinds of step state: S2T's
 thresholds (stapo), STARE's gate and adaptive controller, BAPO's bounds. Each rank records what its
 compiled objective gathered; the test replays the same calls in this process on both ranks' inputs
-concatenated and compares.
+concatenated and compares. Then the per-micro-batch modes: STARE, BAPO and adaptive entropy refused
+when the worker is built, and a state-valued controller of the tests' own exact under ``data_parallel``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 
 import step_scope_rank  # noqa: E402
+import surprisal_controller  # noqa: E402
 from test_training_worker import FP32, LOSSES, spawn_ranks  # noqa: E402
 
 import rlstab  # noqa: E402
+from rlstab.registry import isolated  # noqa: E402
 
 import training_worker_rank as base  # noqa: E402
 
@@ -152,8 +155,70 @@ def test_without_the_old_entropy_one_forward_of_the_training_batch_gives_the_sam
                     assert x.item() == pytest.approx(y.item(), abs=1e-5)
 
 
-def test_local_statistics_with_a_state_that_reads_the_whole_step_are_refused(setup):
+@pytest.mark.parametrize("mode", ["local", "data_parallel"])
+def test_per_micro_batch_statistics_with_a_state_that_reads_the_whole_step_are_refused(setup, mode):
     model_path, overrides, _ = setup
-    with pytest.raises(pytest.fail.Exception, match=r"step_statistics = 'local': reweighters\[0\] \(stare\), "
+    with pytest.raises(pytest.fail.Exception, match=rf"step_statistics = '{mode}': reweighters\[0\] \(stare\), "
                                                     r"surrogate \(bapo\) need the whole optimizer step or training batch"):
-        run(2, model_path, overrides + ["+actor_rollout_ref.actor.policy_loss.step_statistics=local"])
+        run(2, model_path, overrides + [f"+actor_rollout_ref.actor.policy_loss.step_statistics={mode}"])
+
+
+def test_adaptive_entropy_is_refused_when_the_worker_is_built(setup):
+    """skywork_entropy, the other stateful preset: veRL adds its own fixed entropy bonus, in every mode."""
+    model_path, overrides, _ = setup
+    overrides = [o for o in overrides if ".policy_loss.objective=" not in o] + [
+        "+actor_rollout_ref.actor.policy_loss.objective=skywork_entropy",
+        "+actor_rollout_ref.actor.policy_loss.step_statistics=data_parallel",
+    ]
+    with pytest.raises(pytest.fail.Exception, match=r"regularisers\[0\] \(adaptive_entropy\): not available in veRL; "
+                                                    r"veRL adds the entropy bonus itself"):
+        run(2, model_path, overrides)
+
+
+# ---------------------------------------------------------------- a state moved from its last measurement
+
+CONTROLLER = "reweighters[0] (surprisal_controller)"
+
+
+@pytest.fixture(scope="module")
+def controlled(setup, tmp_path_factory):
+    """``data_parallel``, two micro-batches per rank and optimizer step, with a controller whose value is its state's."""
+    model_path, overrides, _ = setup
+    objective = tmp_path_factory.mktemp("controlled") / "objective.yaml"
+    objective.write_text("extends: stapo\nreweighters:\n  - {kind: surprisal_controller}\n")
+    overrides = [o for o in overrides if ".policy_loss.objective=" not in o] + [
+        f"+actor_rollout_ref.actor.policy_loss.objective={objective}",
+        "+actor_rollout_ref.actor.policy_loss.step_statistics=data_parallel",
+    ]
+    return run(2, model_path, overrides), str(objective)
+
+
+def test_data_parallel_moves_a_state_valued_controller_once_per_step_from_every_micro_batch_and_rank(controlled):
+    """Each micro-batch applies the value of the state its step began with; the state moves once per optimizer
+    step, from the measure of all four micro-batches (two per rank), as one process gathering the whole step."""
+    ranks, objective = controlled
+    with isolated():
+        surprisal_controller.register()
+        one = rlstab.load(objective).compile()
+    first, second = ranks
+    calls = [c for c in first["calls"] if c["call"] == "gather"]
+    assert len(calls) == 2 * 2 * step_scope_rank.TRAINING_BATCHES  # micro-batches x optimizer steps x batches
+    assert [c["update_state"] for c in calls] == [True, False] * (len(calls) // 2)
+    assert all(c["part_of_step"] for c in calls)
+    surprisal = []
+    for i in range(0, len(calls), 2):
+        step = [first["calls"][i], first["calls"][i + 1], second["calls"][i], second["calls"][i + 1]]
+        batches = [as_batch(x) for c in step for x in c["inputs"]]
+        surprisal.append([-b.old_logprobs[b.response_mask.bool()].double().mean().item() for b in batches])
+        whole = one.gather(batches)
+        for c in step:
+            assert c["hooks"][0] == pytest.approx(whole.hooks[0], abs=1e-12)  # the value of the step's first state
+        for c in (first["calls"][i + 1], second["calls"][i + 1]):  # the step's last micro-batch on each rank
+            assert c["state"][CONTROLLER] == pytest.approx(one.state_dict()[CONTROLLER], abs=1e-9)
+    assert one.state_dict()[CONTROLLER]["steps"] == len(calls) // 2
+    # The measure is of the whole step: no one micro-batch has the step's mean surprisal.
+    assert all(max(s) - min(s) > 1e-3 for s in surprisal)
+    # The loss applied the step's value: veRL's metric (averaged over the step's micro-batches and ranks) is it.
+    scales = [m for batch in first["metrics"] for m in batch["actor/rlstab/reweight/surprisal_controller/scale"]]
+    assert scales == pytest.approx([c["hooks"][0] for c in calls[::2]], abs=1e-6)
+    assert scales[0] == 1.0 and all(s > 1.1 for s in scales[1:])  # -log p_old of a tiny model's tokens: about 3.9
