@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import surprisal_controller
 import torch
 
 import rlstab
@@ -28,6 +27,7 @@ from rlstab.adapters.openrlhf.config import OBJECTIVE_ENV, build_objective, obje
 from rlstab.batch import TokenBatch
 from rlstab.registry import isolated
 
+import surprisal_controller
 from openrlhf_gpu_stubs import subprocess_env, write_stubs
 
 SCRIPT = Path(__file__).with_name("openrlhf_ppo_train.py")

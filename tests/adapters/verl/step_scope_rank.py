@@ -17,7 +17,6 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 
 import surprisal_controller  # noqa: E402
-
 import training_worker_rank as base  # noqa: E402
 
 TRAINING_BATCHES = 2

@@ -18,13 +18,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import step_scope_rank  # noqa: E402
-import surprisal_controller  # noqa: E402
 from test_training_worker import FP32, LOSSES, spawn_ranks  # noqa: E402
 
 import rlstab  # noqa: E402
 from rlstab.registry import isolated  # noqa: E402
 
+import step_scope_rank  # noqa: E402
+import surprisal_controller  # noqa: E402
 import training_worker_rank as base  # noqa: E402
 
 OBJECTIVE = """\
