@@ -18,7 +18,6 @@ import importlib.util
 import sys
 from pathlib import Path
 
-
 MODEL_NAMES = ("tiny", "smollm2")
 """The ``--model`` choices (``rlstab.trainer.models.MODEL_NAMES``, which imports torch)."""
 TINY_ONLY = ("warmup_steps", "cache_dir")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rlstab.adapters.trainer_aggregation import VERL_ACTOR, verl_need, verl_overrides
 from rlstab.adapters.trainer_parts import (
     ROLLOUT_GROUP_ESTIMATORS,
     TOKEN_BASELINES,
@@ -33,7 +34,6 @@ from rlstab.adapters.trainer_parts import (
     unexecutable,
     unsupplied,
 )
-from rlstab.adapters.trainer_aggregation import VERL_ACTOR, verl_need, verl_overrides
 from rlstab.aggregation import TokenSum
 from rlstab.compiler.plan import Plan
 from rlstab.regularisers import AdaptiveEntropy, EntropyBonus, KLPenalty

@@ -69,7 +69,7 @@ class GTPOAdvantage(AdvantageEstimator):
         return zero_padding_rows(centred - self.entropy_scale * entropy, responses)
 
     def describe(self) -> str:
-        centred = "(R_i - mean_g R) / (std_g R + {:g})".format(self.eps) if self.normalize_std else "R_i - mean_g R"
+        centred = f"(R_i - mean_g R) / (std_g R + {self.eps:g})" if self.normalize_std else "R_i - mean_g R"
         return (
             f"gtpo: A_i = {centred} - {self.entropy_scale:g} <H>_i, <H>_i = the response's mean token entropy, "
             "g = the prompt's group"

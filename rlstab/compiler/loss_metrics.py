@@ -157,7 +157,7 @@ def _mask_metrics(
     rejection keeps (a count: the same number whichever way it is summed)."""
     if plan.rejections:  # their counts are over the tokens before any rejection
         before = step.step_level.response_tokens(batch)
-        before_flat, before_rows = before.reshape(-1), before.sum(-1)
+        before_rows = before.sum(-1)
         n_before = before_rows.sum()
         n_before_safe = n_before.clamp(min=1.0)
     only_mask = len(keeps) == 1 and not plan.rejections

@@ -130,7 +130,11 @@ def measure_sample(policy, sample, objective: Objective, *, null_draws: int, gen
     """
     from rlstab.demo.audit import rollout_of, silenced_texts, step_batches
     from rlstab.demo.counterfactual import mask_tokens
-    from rlstab.trainer.mechanism.logit_grad import TokenGradients, distribution_stats, entropy_at_fixed_probability
+    from rlstab.trainer.mechanism.logit_grad import (
+        TokenGradients,
+        distribution_stats,
+        entropy_at_fixed_probability,
+    )
     from rlstab.trainer.mechanism.meter import full_coefficients, mask_free
     from rlstab.trainer.mechanism.share import parameter_gradient, parameter_gradients
 
@@ -158,7 +162,7 @@ def measure_sample(policy, sample, objective: Objective, *, null_draws: int, gen
         graphs.append((rows, logprobs, c))
     passes = 0
     g_full = None
-    for rows, logprobs, c in graphs:
+    for _, logprobs, c in graphs:
         if bool((c != 0).any()):
             part = parameter_gradient(logprobs, params, c)
             passes += 1

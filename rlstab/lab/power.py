@@ -33,7 +33,7 @@ Defaults: alpha 0.05 and 80% power, the conventions Cohen 1988 proposes where th
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 from rlstab.lab.tdist import t_quantile
 
@@ -98,7 +98,7 @@ def t_test_power(d: float, n: int, alpha: float = 0.05) -> float:
     return _power_and_slope(abs(d) * math.sqrt(n), n - 1, t_quantile(1 - alpha / 2, n - 1))[0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def mde_factor(n: int, alpha: float = 0.05, power: float = 0.8) -> float:
     """The minimum detectable effect of the two-sided paired t-test of ``n`` pairs at level ``alpha``, in units of
     the differences' sd: the d with ``t_test_power(d, n, alpha) = power`` (3.26 at n = 3, alpha 0.05)."""

@@ -11,7 +11,18 @@ from rlstab.masks.random_silence import RandomSilence
 from rlstab.masks.rollout import IcePop, RolloutRejection, RolloutVeto
 from rlstab.masks.s2t import S2T, LowProbability
 
-__all__ = ["GTPOEntropyFilter", 
-    "BypassRejection", "EntropyQuantile", "Expression", "IcePop", "LowProbability", "Lopti", "Mask", "OffPolicySequence", "RandomSilence", "RolloutRejection",
-    "RolloutVeto", "S2T",
+__all__ = [
+    "BypassRejection",
+    "EntropyQuantile",
+    "Expression",
+    "GTPOEntropyFilter",
+    "IcePop",
+    "Lopti",
+    "LowProbability",
+    "Mask",
+    "OffPolicySequence",
+    "RandomSilence",
+    "RolloutRejection",
+    "RolloutVeto",
+    "S2T",
 ]

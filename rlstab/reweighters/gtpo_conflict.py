@@ -2,7 +2,7 @@ r"""GTPO's conflict tokens: shared by positive and negative responses of a group
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
 

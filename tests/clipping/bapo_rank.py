@@ -2,9 +2,10 @@
 
 import torch.distributed as dist
 from clipping.cases import off_policy_batch
-from step_worker import rank_step
 
 import rlstab
+
+from step_worker import rank_step
 
 SURROGATE = {"kind": "bapo", "target": 0.5}
 RANK_SPLITS = {0: [(0, 5), (5, 7)], 1: [(7, 12)]}

@@ -6,11 +6,12 @@ import pytest
 import torch
 from clipping import bapo_rank
 from clipping.cases import off_policy_batch, one_row, ratio, rlstab_loss_and_grad, token_mean_reference
-from step_worker import take
 
 import rlstab
 from rlstab.clipping.bapo import _sum_max, _sum_min
 from rlstab.testing.spawned_ranks import run_ranks
+
+from step_worker import take
 
 AGG = {"kind": "token-mean", "count": "valid"}
 

@@ -5,12 +5,13 @@ import math
 
 import pytest
 import torch
-from step_worker import take
 from clipping.cases import off_policy_batch, ratio, token_mean_reference
 
 import rlstab
 from rlstab.adapters.trainer_parts import unsupplied
 from rlstab.clipping.lp_reg import min_p_proxy_logprobs
+
+from step_worker import take
 
 AGG = {"kind": "token-mean", "count": "valid"}
 

@@ -5,11 +5,12 @@ import math
 
 import pytest
 import torch
-from step_worker import take
 from clipping.cases import off_policy_batch, one_row, ratio, rlstab_loss_and_grad, token_mean_reference
 
 import rlstab
 from rlstab.clipping.m2po import M2PO
+
+from step_worker import take
 
 AGG = {"kind": "token-mean", "count": "valid"}
 CAP = {"kind": "m2po", "threshold": 0.04}

@@ -3,7 +3,6 @@ batch; smollm2-mechanism-along.json, along training) and the counterfactual audi
 
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -200,7 +199,7 @@ def test_the_counterfactual_prose_is_the_stored_audits():
 
 
 def test_the_counterfactual_methods_numbers_are_the_codes():
-    from rlstab.demo.counterfactual import MICRO_BATCH, METHODS
+    from rlstab.demo.counterfactual import METHODS, MICRO_BATCH
 
     assert MICRO_BATCH == 64 and "micro-batches of 64 responses" in PROSE
     assert "seed * 100000 + the state's index" in METHODS["null"] and "seeded by `seed x 100000 +` the state's index" in PROSE
@@ -225,7 +224,13 @@ def test_the_smollm2_counterfactual_is_its_stored_audit():
 
 def test_the_smollm2_second_state_is_its_stored_audit():
     """The second state's p-values from its stored null, its tables and the prose's numbers."""
-    from rlstab.demo.counterfactual_report import first_order_line, first_order_table, measure_table, states_table, tokens_line
+    from rlstab.demo.counterfactual_report import (
+        first_order_line,
+        first_order_table,
+        measure_table,
+        states_table,
+        tokens_line,
+    )
 
     cf = json.loads((ROOT / "docs" / "audits" / "counterfactual-smollm2-seed1.json").read_text())
     s = cf["settings"]
@@ -258,7 +263,7 @@ def test_the_smollm2_second_state_is_its_stored_audit():
     assert in_page(f"lowers the held-out entropy by {-all_tokens['entropy_change']:.3g} nats; without the `7` it falls "
                    f"by {-change:.2g} nats more")
     assert in_page(f"The update turns by {mask['update_angle']:.3g}°")
-    assert in_page(f"3314 s for its 54 updates") and round(state["seconds"]) == 3314
+    assert in_page("3314 s for its 54 updates") and round(state["seconds"]) == 3314
     assert in_page(f"$c_S = {state['first_order']['covariance']:.3g} < 0$")
     # one state's smallest two-sided p at K = 50 is 1/51; Holm's first step over six measures is 0.05/6
     assert in_page(f"0.05/6 = {0.05 / 6:.2g}: its smallest possible p, 1/51 = {1 / 51:.3g}, is above it")

@@ -2,10 +2,9 @@
 
 import pytest
 import torch
+from masks.test_rollout import probabilities_batch
 
 import rlstab
-
-from masks.test_rollout import probabilities_batch
 
 
 def test_kpop_preset_weights_kept_tokens_and_keeps_rejected_ones_in_the_denominator():

@@ -23,7 +23,7 @@ def test_no_factors_is_all_ones(monkeypatch):
         assert closed[2]["reweight/stare/gate"] == 0.0
         weights = STARE.weights
 
-        def ones(self, t, step):
+        def ones(self, t, step, weights=weights):
             w = weights(self, t, step)
             return torch.ones_like(t.logprobs) if w is None else w
 

@@ -3,11 +3,11 @@ reports every failure with the component's name."""
 
 import pytest
 
+from rlstab.exploration.deep_grpo import DeepGRPO
 from rlstab.masks.expression import Expression
 from rlstab.masks.s2t import S2T
 from rlstab.regularisers.kl import KLPenalty
 from rlstab.reweighters.stare import STARE
-from rlstab.exploration.deep_grpo import DeepGRPO
 from rlstab.testing.checks import CHECKS, applicable_checks, check_component
 
 STATIC = ["yaml_round_trip", "describe_and_explain", "json_schema"]

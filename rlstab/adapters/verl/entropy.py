@@ -72,7 +72,8 @@ def use_rlstab_entropy(engine, loss_fn) -> bool:
 
     Returns whether it did.
     """
-    from rlstab.adapters.verl.config import RlstabPolicyLossConfig  # veRL's config classes: imported with veRL
+    # veRL's config classes: imported with veRL
+    from rlstab.adapters.verl.config import RlstabPolicyLossConfig
 
     config = getattr(loss_fn, "keywords", {}).get("config")  # partial(ppo_loss, config=actor_config)
     policy_loss = getattr(config, "policy_loss", None)

@@ -10,13 +10,12 @@ import logging
 from types import SimpleNamespace
 
 import pytest
+from openrlhf_installed import method, with_signature_of
 
 from rlstab import StateError
 from rlstab.adapters.openrlhf import RlstabPolicyLoss, checkpoint
 from rlstab.adapters.openrlhf.checkpoint import STATE_KEY, attach, restore, saved_state, wrap_strategy
 from rlstab.adapters.patching import patched_by
-
-from openrlhf_installed import method, with_signature_of
 
 DEEPSPEED = "utils/deepspeed/deepspeed.py"
 BAPO = "surrogate (bapo)"

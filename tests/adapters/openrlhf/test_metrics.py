@@ -9,11 +9,10 @@ import ast
 from types import SimpleNamespace
 
 import torch
+from openrlhf_installed import method
 
 from rlstab.adapters.openrlhf.metrics import PREFIX, log_rlstab_metrics
 from rlstab.adapters.patching import patched_by
-
-from openrlhf_installed import method
 
 
 def status_keys_of_openrlhf_training_step() -> set[str]:

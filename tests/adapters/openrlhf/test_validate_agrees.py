@@ -21,8 +21,8 @@ from rlstab import ConfigError
 from rlstab.adapters import trainers
 from rlstab.adapters.openrlhf.config import CORRECTION_FLAG
 from rlstab.adapters.openrlhf.loss import RlstabPolicyLoss
-from rlstab.compiler.plan import Plan
 from rlstab.cli import main
+from rlstab.compiler.plan import Plan
 
 from openrlhf_gpu_stubs import subprocess_env
 

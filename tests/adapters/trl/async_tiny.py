@@ -30,12 +30,11 @@ import types
 
 import numpy as np
 import torch
-from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer, packing
 from trl.experimental.async_grpo import async_grpo_trainer as trainer_module
-from trl.experimental.async_grpo import packing
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
 
-from trl_tiny import PROMPTS, dataset, tokenizer, tiny_model
+from trl_tiny import PROMPTS, dataset, tiny_model, tokenizer
 
 NUM_GENERATIONS = 4
 MAX_COMPLETION = 6

@@ -11,6 +11,14 @@ import warnings
 
 import pytest
 import torch
+from async_tiny import (
+    NoWeightTransfer,
+    StandInRolloutWorker,
+    async_config,
+    make_async_trainer,
+    micro_batches,
+    on_the_cpu,
+)
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 
 import rlstab
@@ -20,7 +28,6 @@ from rlstab.adapters.trl import RlstabAsyncGRPOTrainer
 from rlstab.adapters.trl.async_step_scope import Window
 from rlstab.cli import main
 
-from async_tiny import NoWeightTransfer, StandInRolloutWorker, async_config, make_async_trainer, micro_batches, on_the_cpu
 from trl_tiny import dataset, tokenizer
 
 # TRL's async loss as an objective: PPO clip 0.2/0.2 (AsyncGRPOConfig.epsilon, epsilon_high None), no

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 import rlstab
-from rlstab.adapters.trl.metrics import _kl_per_token, _nan_extreme, _per_completion_clip_fractions, log_metrics
+from rlstab.adapters.trl.metrics import (
+    _kl_per_token,
+    _nan_extreme,
+    _per_completion_clip_fractions,
+    log_metrics,
+)
 from rlstab.batch import TokenBatch
 
 from trl_tiny import make_trainer

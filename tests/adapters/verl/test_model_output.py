@@ -11,7 +11,12 @@ from verl.workers.utils import losses
 
 from rlstab.adapters.patching import patched_by
 from rlstab.adapters.verl import model_output
-from rlstab.adapters.verl.model_output import current_dp_group, current_entropy, declare_metrics, wrap_ppo_loss
+from rlstab.adapters.verl.model_output import (
+    current_dp_group,
+    current_entropy,
+    declare_metrics,
+    wrap_ppo_loss,
+)
 
 from verl_batches import actor_config, micro_batch
 

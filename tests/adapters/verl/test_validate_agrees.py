@@ -153,6 +153,7 @@ def test_rlstabs_idea_of_veRLs_aggregation_modes_is_veRLs():
     from verl.workers.config import ActorConfig
 
     from rlstab.adapters.trainer_aggregation import VERL_DEFAULT_MODE, VERL_MODES
+
     from verl_batches import vanilla_config
 
     defaults = {f.name: f.default for f in dataclasses.fields(ActorConfig)}
