@@ -201,22 +201,22 @@ def test_data_parallel_moves_a_state_valued_controller_once_per_step_from_every_
         surprisal_controller.register()
         one = rlstab.load(objective).compile()
     first, second = ranks
-    calls = [c for c in first["calls"] if c["call"] == "gather"]
-    assert len(calls) == 2 * 2 * step_scope_rank.TRAINING_BATCHES  # micro-batches x optimizer steps x batches
+    calls = first["calls"]
+    assert [c["call"] for c in calls] == ["gather"] * 2 * 2 * step_scope_rank.TRAINING_BATCHES  # micro-batches x steps x batches
     assert [c["update_state"] for c in calls] == [True, False] * (len(calls) // 2)
     assert all(c["part_of_step"] for c in calls)
     surprisal = []
     for i in range(0, len(calls), 2):
-        step = [first["calls"][i], first["calls"][i + 1], second["calls"][i], second["calls"][i + 1]]
+        step = [calls[i], calls[i + 1], second["calls"][i], second["calls"][i + 1]]
         batches = [as_batch(x) for c in step for x in c["inputs"]]
         surprisal.append([-b.old_logprobs[b.response_mask.bool()].double().mean().item() for b in batches])
         whole = one.gather(batches)
         for c in step:
             assert c["hooks"][0] == pytest.approx(whole.hooks[0], abs=1e-12)  # the value of the step's first state
-        for c in (first["calls"][i + 1], second["calls"][i + 1]):  # the step's last micro-batch on each rank
+        for c in (calls[i + 1], second["calls"][i + 1]):  # the step's last micro-batch on each rank
             assert c["state"][CONTROLLER] == pytest.approx(one.state_dict()[CONTROLLER], abs=1e-9)
     assert one.state_dict()[CONTROLLER]["steps"] == len(calls) // 2
-    # The measure is of the whole step: no one micro-batch has the step's mean surprisal.
+    # The micro-batches' mean surprisals differ: a measure of any one of them would not give the state above.
     assert all(max(s) - min(s) > 1e-3 for s in surprisal)
     # The loss applied the step's value: veRL's metric (averaged over the step's micro-batches and ranks) is it.
     scales = [m for batch in first["metrics"] for m in batch["actor/rlstab/reweight/surprisal_controller/scale"]]
